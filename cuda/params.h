@@ -1,0 +1,94 @@
+// The one POD struct that crosses FFI -> kernel launch, on the CPU and on the GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/compat.h"
+#include "cuda/schedule.h"
+#include "cuda/tiles.h"
+
+namespace jax_dash {
+
+enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// All tensors are contiguous, row-major:
+//   q, out, dout, dq : [batch, seq_q,  num_heads,    head_dim]
+//   k, v, dk, dv     : [batch, seq_kv, num_kv_heads, head_dim]
+//   lse              : [batch, num_heads, seq_q]  (float32, natural log)
+struct AttentionParams {
+  int64_t batch;
+  int64_t seq_q;
+  int64_t seq_kv;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  DType dtype;
+  float scale;
+  bool is_causal;
+  Schedule schedule;
+  TileConfig tiles;
+  int32_t wave;  // backward work items resident at once (the schedules' wave width)
+
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;
+
+  // Backward only.
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* workspace_f32;    // laid out by bwd_workspace_layout()
+  int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
+};
+
+// Offsets (in elements) of the backward workspace regions. Every size is batch * (per-sequence
+// size), so a buffer sized for one batch stacks linearly under vmap.
+struct BwdWorkspaceLayout {
+  // float32 buffer
+  int64_t dq_accum;   // [batch, num_heads, Nq * bwd_block_m, head_dim]
+  int64_t dsum;       // [batch, num_heads, Nq * bwd_block_m]   D = rowsum(dO * O)
+  int64_t lse_log2;   // [batch, num_heads, Nq * bwd_block_m]   lse * log2(e), padded
+  int64_t dk_accum;   // [batch, num_kv_heads, Nkv * bwd_block_n, head_dim]  (GQA only)
+  int64_t dv_accum;   // same as dk_accum                                     (GQA only)
+  int64_t f32_size;
+  // int32 buffer
+  int64_t dq_semaphore;   // [batch, num_heads, Nq]
+  int64_t dkv_semaphore;  // [batch, num_kv_heads, Nkv]  (GQA only)
+  int64_t i32_size;
+};
+
+JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_t seq_q,
+                                                          int64_t seq_kv, int64_t num_heads,
+                                                          int64_t num_kv_heads, int64_t head_dim) {
+  const TileConfig t = tile_config(static_cast<int>(head_dim));
+  const int64_t nq = ceil_div(seq_q, t.bwd_block_m);
+  const int64_t nkv = ceil_div(seq_kv, t.bwd_block_n);
+  const int64_t rows_q = nq * t.bwd_block_m;
+  const int64_t rows_kv = nkv * t.bwd_block_n;
+  const bool gqa = num_heads != num_kv_heads;
+  BwdWorkspaceLayout w{};
+  int64_t off = 0;
+  w.dq_accum = off;
+  off += batch * num_heads * rows_q * head_dim;
+  w.dsum = off;
+  off += batch * num_heads * rows_q;
+  w.lse_log2 = off;
+  off += batch * num_heads * rows_q;
+  w.dk_accum = off;
+  off += gqa ? batch * num_kv_heads * rows_kv * head_dim : 0;
+  w.dv_accum = off;
+  off += gqa ? batch * num_kv_heads * rows_kv * head_dim : 0;
+  w.f32_size = off;
+  off = 0;
+  w.dq_semaphore = off;
+  off += batch * num_heads * nq;
+  w.dkv_semaphore = off;
+  off += gqa ? batch * num_kv_heads * nkv : 0;
+  w.i32_size = off;
+  return w;
+}
+
+}  // namespace jax_dash

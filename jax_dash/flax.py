@@ -1,0 +1,251 @@
+"""jax_dash attention as the ``attention_fn`` of Flax's multi-head attention (NNX and Linen).
+
+    import jax_dash.flax
+    attn = nnx.MultiHeadAttention(..., attention_fn=jax_dash.flax.make_attention_fn(is_causal=True))
+
+The adapter accepts the full signature of ``flax.nnx.dot_product_attention`` /
+``flax.linen.dot_product_attention`` and computes the same thing, except that jax_dash supports
+only two mask patterns: none (full attention) and causal (query i sees key j iff j <= i). Everything
+it cannot honour raises an error instead of being dropped:
+
+* ``bias``, attention-weight sowing (``module``/``sow_weights``) and custom einsums: ``ValueError``.
+* dropout that would be applied (``dropout_rate > 0`` and not ``deterministic``): ``ValueError``
+  (not supported yet). In evaluation mode (``deterministic=True``) dropout is off, so it runs.
+* ``mask``: masks are usually traced arrays under ``jit``, whose values are unknown while tracing.
+  The rule is therefore:
+
+  - a concrete mask (a NumPy or committed JAX array, outside ``jit``) is checked while tracing;
+    it must be the causal pattern or all ``True``;
+  - a traced mask is accepted only when the pattern is declared, by ``make_attention_fn(is_causal=
+    True)`` (or ``False``) or by ``is_causal=True`` in the call (``nnx.MultiHeadAttention(...)(x,
+    is_causal=True)``). The declared pattern is then verified on the device at run time; a mask that
+    differs makes the computation fail with a ``ValueError`` message (wrapped in the runtime error
+    JAX raises for failed callbacks). ``make_attention_fn(check_mask=False)`` skips that check (one
+    reduction over the mask plus a host callback) and trusts the declaration.
+
+  The fastest and simplest choice is to pass no mask at all and declare ``is_causal=True``.
+* ``precision`` and ``force_fp32_for_softmax`` are accepted and have no effect: jax_dash always
+  accumulates in float32 and computes the softmax in float32.
+
+This module needs no Flax import itself: the adapter is a plain function.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["attention_fn", "make_attention_fn"]
+
+
+def _default_promote_dtype(arrays, dtype=None):
+    # Flax's promotion: cast to ``dtype`` when given, else to the inputs' common type.
+    dtype = dtype if dtype is not None else jnp.result_type(*arrays)
+    return tuple(jnp.asarray(a, dtype) for a in arrays)
+
+
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _allowed_pattern(is_causal: bool, seq_q: int, seq_kv: int) -> np.ndarray:
+    # jax.nn.dot_product_attention's causal convention: query i sees key j iff j <= i (top-left).
+    if is_causal:
+        return np.tril(np.ones((seq_q, seq_kv), dtype=bool))
+    return np.ones((seq_q, seq_kv), dtype=bool)
+
+
+def _check_mask_shape(mask, target_shape: tuple[int, ...]) -> None:
+    try:
+        broadcast = np.broadcast_shapes(tuple(mask.shape), target_shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != target_shape:
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, which does not broadcast to "
+            f"[batch..., num_heads, seq_q, seq_kv] = {target_shape}"
+        )
+
+
+def _pattern_of_concrete_mask(mask, seq_q: int, seq_kv: int) -> bool:
+    """True for the causal pattern, False for all-True; anything else raises."""
+    values = np.asarray(mask).astype(bool)
+    values = np.broadcast_to(values, values.shape[:-2] + (seq_q, seq_kv))
+    if np.array_equal(values, np.broadcast_to(_allowed_pattern(True, seq_q, seq_kv), values.shape)):
+        return True
+    if values.all():
+        return False
+    raise ValueError(
+        "mask is neither the causal pattern (query i sees key j iff j <= i, as "
+        "flax.nnx.make_causal_mask builds) nor all True; jax_dash supports only those two "
+        "(padding and other masks are not supported yet). Use jax.nn.dot_product_attention "
+        "or flax's own attention_fn for other masks."
+    )
+
+
+def _verify_traced_mask(mask, is_causal: bool, seq_q: int, seq_kv: int) -> None:
+    """Checks on the device, at run time, that a traced mask is the declared pattern."""
+    expected = jnp.asarray(_allowed_pattern(is_causal, seq_q, seq_kv))
+    matches = jnp.all(jnp.asarray(mask).astype(bool) == expected)
+    pattern = "causal (query i sees key j iff j <= i)" if is_causal else "all True (no mask)"
+
+    def raise_if_mismatch(ok):
+        if not bool(ok):
+            raise ValueError(
+                f"mask does not match the declared pattern {pattern}: jax_dash computes "
+                f"is_causal={is_causal} attention and cannot apply other masks. Pass "
+                "is_causal matching your mask, or use jax.nn.dot_product_attention for "
+                "general masks."
+            )
+
+    jax.debug.callback(raise_if_mismatch, matches)
+
+
+def make_attention_fn(
+    *,
+    is_causal: bool | None = None,
+    schedule: str = "auto",
+    scale: float | None = None,
+    check_mask: bool = True,
+) -> Callable[..., jax.Array]:
+    """Builds a Flax ``attention_fn`` that runs ``jax_dash.attention``.
+
+    Args:
+      is_causal: the attention pattern. ``None`` (default): take it from the call's ``is_causal``
+        (NNX passes it) or from a concrete ``mask``. ``True``/``False``: declared; a traced mask
+        passed anyway is verified at run time against it.
+      schedule: ``jax_dash.attention``'s backward schedule (``"auto"``, ``"ascending"``, ...).
+      scale: logit scale; default ``1/sqrt(head_dim)``, as Flax uses.
+      check_mask: verify a traced mask at run time (default). ``False`` trusts the declared
+        ``is_causal`` and does not read the mask.
+
+    Returns:
+      A function with the signature of ``flax.nnx.dot_product_attention`` (a superset of
+      ``flax.linen.dot_product_attention``'s keyword names, so Linen passes everything it has).
+    """
+    if is_causal is not None and not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal={is_causal!r} must be None, True or False")
+    if not isinstance(schedule, str):
+        raise TypeError(f"schedule={schedule!r} must be a string such as 'auto' or 'shift'")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not math.isfinite(scale) or scale <= 0):
+        raise ValueError(f"scale={scale!r} must be None or a positive finite number")
+    if not isinstance(check_mask, bool):
+        raise TypeError(f"check_mask={check_mask!r} must be True or False")
+    declared_causal = is_causal
+
+    def jax_dash_attention_fn(
+        query: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        bias: jax.Array | None = None,
+        mask: jax.Array | None = None,
+        broadcast_dropout: bool = True,
+        dropout_rng: jax.Array | None = None,
+        dropout_rate: float = 0.0,
+        deterministic: bool = False,
+        dtype: Any = None,
+        precision: Any = None,
+        module: Any = None,
+        promote_dtype: Callable | None = None,
+        is_causal: bool = False,
+        force_fp32_for_softmax: bool = False,
+        einsum_dot_general: Callable | None = None,
+        qk_attn_weights_einsum: Callable | None = None,
+        attn_weights_value_einsum: Callable | None = None,
+    ) -> jax.Array:
+        del broadcast_dropout, dropout_rng, precision, force_fp32_for_softmax  # see module doc
+        if bias is not None:
+            raise ValueError(
+                f"bias (shape {getattr(bias, 'shape', '?')}) is not supported by jax_dash "
+                "attention; only is_causal masking is. Use flax's own attention_fn for biases."
+            )
+        if module is not None:
+            raise ValueError(
+                "sow_weights=True (module given) is not supported: jax_dash never materializes "
+                "the attention weights. Call with sow_weights=False."
+            )
+        for name, fn in (("einsum_dot_general", einsum_dot_general),
+                         ("qk_attn_weights_einsum", qk_attn_weights_einsum),
+                         ("attn_weights_value_einsum", attn_weights_value_einsum)):
+            if fn is not None:
+                raise ValueError(f"{name}={fn!r} is not supported: jax_dash runs its own kernels")
+        if dropout_rate != 0.0 and not deterministic:
+            raise ValueError(
+                f"dropout_rate={dropout_rate!r} with deterministic=False: attention dropout is "
+                "not supported by jax_dash yet. Use dropout_rate=0.0, or deterministic=True "
+                "(evaluation, where dropout is off)."
+            )
+        if not isinstance(is_causal, bool):
+            raise TypeError(f"is_causal={is_causal!r} must be True or False")
+        if declared_causal is False and is_causal:
+            raise ValueError(
+                "is_causal=True in the call conflicts with make_attention_fn(is_causal=False)"
+            )
+
+        query, key, value = (promote_dtype or _default_promote_dtype)(
+            (query, key, value), dtype=dtype)
+        if query.ndim < 3 or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(
+                f"query, key, value must have the same rank >= 3 ([batch..., seq, heads, "
+                f"head_dim]); got shapes {query.shape}, {key.shape}, {value.shape}"
+            )
+        batch_dims = query.shape[:-3]
+        if key.shape[:-3] != batch_dims or value.shape[:-3] != batch_dims:
+            raise ValueError(
+                f"query, key, value must share their batch dimensions; got shapes "
+                f"{query.shape}, {key.shape}, {value.shape}"
+            )
+        seq_q, num_heads = query.shape[-3], query.shape[-2]
+        seq_kv = key.shape[-3]
+
+        # The pattern: declared by the factory, else by the call's is_causal, else by a
+        # concrete mask. A call's is_causal=False is NNX's default, so it declares nothing.
+        causal = declared_causal if declared_causal is not None else (True if is_causal else None)
+        if mask is not None:
+            _check_mask_shape(mask, batch_dims + (num_heads, seq_q, seq_kv))
+            if not _is_traced(mask):
+                mask_causal = _pattern_of_concrete_mask(mask, seq_q, seq_kv)
+                # A pattern that is both (every query sees all its keys) agrees with either.
+                both = np.array_equal(_allowed_pattern(True, seq_q, seq_kv),
+                                      _allowed_pattern(False, seq_q, seq_kv))
+                if causal is not None and causal != mask_causal and not both:
+                    raise ValueError(
+                        f"the mask is {'causal' if mask_causal else 'all True'} but "
+                        f"is_causal={causal} was declared"
+                    )
+                causal = mask_causal if causal is None else causal
+            elif causal is None:
+                raise ValueError(
+                    "mask is a traced array (under jit its values are unknown while tracing), "
+                    "so jax_dash cannot tell whether it is causal. Declare the pattern with "
+                    "jax_dash.flax.make_attention_fn(is_causal=True) or call with is_causal=True "
+                    "(the mask is then verified at run time), or better: pass no mask and "
+                    "is_causal=True."
+                )
+            elif check_mask:
+                _verify_traced_mask(mask, causal, seq_q, seq_kv)
+        causal = bool(causal)
+
+        import jax_dash  # the package imports this module's siblings; import late to avoid cycles
+
+        # jax_dash.attention takes one batch axis (or none): fold Flax's batch dims into one.
+        if len(batch_dims) > 1:
+            flat = lambda x: x.reshape((math.prod(batch_dims),) + x.shape[-3:])
+            query, key, value = flat(query), flat(key), flat(value)
+        out = jax_dash.attention(query, key, value, scale=scale, is_causal=causal,
+                                 schedule=schedule)
+        return out.reshape(batch_dims + out.shape[-3:])
+
+    return jax_dash_attention_fn
+
+
+attention_fn = make_attention_fn()
+attention_fn.__doc__ = (
+    "Flax ``attention_fn`` running jax_dash: pattern from the call's ``is_causal`` or a concrete "
+    "mask (see ``make_attention_fn`` and this module's docstring)."
+)

@@ -1,0 +1,358 @@
+// Hopper (sm_90a) attention forward: out = softmax(scale * Q K^T) V and lse, per (batch, head).
+//
+// One CTA computes one 128-row query tile of one (batch, head) with two consumer warpgroups of 64
+// rows each. K/V tiles stream through a 2-stage shared-memory ring filled by TMA (one elected
+// thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a wgmma with both
+// operands in shared memory; the online softmax runs on the accumulator registers; P is converted
+// to 16 bits in registers and O += P V is a wgmma with A from registers. KV tiles are visited last
+// to first so the tiles that need element-wise masks (causal diagonal, partial last tile) come
+// first and the rest run mask-free.
+#include <cuda_runtime.h>
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/sm90/launch.h"
+#include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/softmax.cuh"
+
+namespace jax_dash::sm90 {
+namespace {
+
+using namespace cute;
+
+constexpr int kWarpgroupRows = 64;  // rows of one wgmma accumulator
+constexpr int kThreadsPerWarpgroup = 128;
+constexpr int kStages = 2;          // K/V shared-memory ring depth
+
+template <class Element, int kHeadDim>
+struct FwdKernelTraits {
+  static constexpr TileConfig kTiles = tile_config(kHeadDim);
+  static constexpr int kBlockM = kTiles.fwd_block_m;
+  static constexpr int kBlockN = kTiles.fwd_block_n;
+  static constexpr int kWarpgroups = kBlockM / kWarpgroupRows;
+  static constexpr int kThreads = kWarpgroups * kThreadsPerWarpgroup;
+  static_assert(kBlockM % kWarpgroupRows == 0, "fwd_block_m must be a multiple of 64");
+  static_assert(kBlockN % 16 == 0, "fwd_block_n must be a multiple of 16 (wgmma K of P V)");
+  static_assert(kHeadDim % 64 == 0, "head_dim must fill whole 128-byte swizzle rows");
+
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  // 128-byte swizzled K-major tiles: Q (BLK_M, D), K and V (BLK_N, D, STAGES), all D-contiguous.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<BlockM, HeadDim>{}));
+  using SmemLayoutKVStage = decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim>{}));
+  using SmemLayoutKV =
+      decltype(tile_to_shape(SmemAtom{}, Shape<BlockN, HeadDim, Int<kStages>>{}));
+  // V viewed as (D, BLK_N, STAGES): the MN-major B operand of O += P V, same bytes as SmemLayoutKV.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{},
+      make_ordered_layout(Shape<HeadDim, BlockN, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+  // S (BLK_M, BLK_N) = Q K^T, warpgroups stacked along M.
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<Int<kWarpgroupRows>, BlockN, HeadDim>>(),
+      Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
+  // O (BLK_M, D) += P (BLK_M, BLK_N) V (BLK_N, D), P from registers.
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float,
+                           Shape<Int<kWarpgroupRows>, HeadDim, BlockN>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
+    alignas(8) uint64_t bar_q;
+    uint64_t bar_k[kStages];
+    uint64_t bar_v[kStages];
+  };
+  // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVStageBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  // Global tensors as (seq, D, heads, batch); TMA zero-fills rows past seq.
+  using GmemShape = Shape<int32_t, HeadDim, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+
+  template <class SmemLayout>
+  static auto make_tma(const Element* ptr, int32_t seq, int32_t heads, int32_t batch,
+                       SmemLayout smem_layout) {
+    const int64_t row_stride = int64_t(heads) * kHeadDim;
+    Tensor g = make_tensor(make_gmem_ptr(ptr),
+                           GmemShape{seq, HeadDim{}, heads, batch},
+                           GmemStride{row_stride, _1{}, int64_t(kHeadDim),
+                                      row_stride * seq});
+    return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout);
+  }
+  using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
+  using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKVStage{}));
+};
+
+template <class Traits>
+struct FwdKernelParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  int32_t seq_q;
+  int32_t seq_kv;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t batch;
+  int32_t num_m_blocks;
+  float scale_log2;  // scale * log2(e): the softmax runs on exp2
+  bool is_causal;
+  void* out;
+  float* lse;
+};
+
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim>> p) {
+  using Traits = FwdKernelTraits<Element, kHeadDim>;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+
+  extern __shared__ char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  // Heaviest query tiles (causal: the last ones) first across all heads, so the tail of the grid
+  // holds the short tiles.
+  const int64_t heads_total = int64_t(p.num_heads) * p.batch;
+  const int64_t tile_index = blockIdx.x;
+  const int m_block = p.num_m_blocks - 1 - int(tile_index / heads_total);
+  const int64_t bh = tile_index % heads_total;
+  const int head = int(bh % p.num_heads);
+  const int batch = int(bh / p.num_heads);
+  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+
+  const int64_t row_begin = int64_t(m_block) * kBlockM;
+  const int64_t row_last = min(row_begin + kBlockM, int64_t(p.seq_q)) - 1;
+  const int num_kv_blocks = int((int64_t(p.seq_kv) + kBlockN - 1) / kBlockN);
+  const int n_end = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M,D)
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});  // (D,BLK_N,STAGES)
+
+  // TMA views of this CTA's tiles.
+  Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
+  Tensor mK = p.tma_k.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
+  Tensor mV = p.tma_v.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
+  Tensor gQ = local_tile(mQ(_, _, head, batch), Shape<BlockM, HeadDim>{}, make_coord(m_block, _0{}));  // (BLK_M,D)
+  Tensor gK = local_tile(mK(_, _, kv_head, batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (BLK_N,D,n)
+  Tensor gV = local_tile(mV(_, _, kv_head, batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (BLK_N,D,n)
+  auto tma_q = p.tma_q.get_slice(_0{});
+  auto tma_k = p.tma_k.get_slice(_0{});
+  auto tma_v = p.tma_v.get_slice(_0{});
+  Tensor tQgQ = tma_q.partition_S(gQ);  // (TMA,TMA_M,TMA_D)
+  Tensor tQsQ = tma_q.partition_D(sQ);
+  Tensor tKgK = tma_k.partition_S(gK);  // (TMA,TMA_N,TMA_D,n)
+  Tensor tKsK = tma_k.partition_D(sK);  // (TMA,TMA_N,TMA_D,STAGES)
+  Tensor tVgV = tma_v.partition_S(gV);
+  Tensor tVsV = tma_v.partition_D(sV);
+
+  const bool is_leader = threadIdx.x == 0;
+  if (is_leader) {
+    Barrier::init(&smem.bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      Barrier::init(&smem.bar_k[s], 1);
+      Barrier::init(&smem.bar_v[s], 1);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  auto load_kv = [&](int n_block, int stage) {
+    Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
+    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_block), tKsK(_, _, _, stage));
+    Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
+    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_block), tVsV(_, _, _, stage));
+  };
+  if (is_leader && n_end > 0) {
+    Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
+    copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
+    load_kv(n_end - 1, 0);
+  }
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  auto thr_qk = mma_qk.get_thread_slice(threadIdx.x);
+  auto thr_pv = mma_pv.get_thread_slice(threadIdx.x);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA,MMA_N,MMA_K,STAGES)
+  Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGES)
+  Tensor tSrS = partition_fragment_C(mma_qk, Shape<BlockM, BlockN>{});   // (MMA,MMA_M,MMA_N) fp32
+  Tensor tOrO = partition_fragment_C(mma_pv, Shape<BlockM, HeadDim>{});  // (MMA,MMA_M,MMA_N) fp32
+  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));   // coords of S
+  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));  // coords of O
+  Tensor scores = as_rows_cols(tSrS);  // (ROWS, COLS) view
+  Tensor out_acc = as_rows_cols(tOrO);
+  Tensor score_coords = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
+  Tensor out_coords = make_tensor(tOcO.data(), accumulator_rows_cols(tOcO.layout()));
+  constexpr int kRows = decltype(size<0>(scores))::value;
+
+  // P in 16 bits, re-read as the A operand of P V: the accumulator's (2, 2, BLK_N/8) value order
+  // equals the register A fragment's ((2, 2, 2), 1, BLK_N/16) order, so only the layout changes.
+  Tensor tOrP_storage = make_tensor<Element>(tSrS.layout());
+  Tensor tOrP = make_tensor(tOrP_storage.data(),
+                            Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>>{});
+  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
+  static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
+                "each thread must own one 64-row accumulator");
+
+  OnlineSoftmax<kRows> softmax;
+  softmax.init();
+  clear(tOrO);
+  const AttentionMask mask{p.seq_kv, p.is_causal};
+
+  for (int iter = 0; iter < n_end; ++iter) {
+    const int n_block = n_end - 1 - iter;
+    const int stage = iter % kStages;
+    const uint32_t phase = (iter / kStages) & 1;
+    // The other stage was released by the barrier that ended the previous iteration.
+    if (is_leader && n_block > 0) load_kv(n_block - 1, (iter + 1) % kStages);
+    if (iter == 0) Barrier::wait(&smem.bar_q, 0);
+    Barrier::wait(&smem.bar_k[stage], phase);
+
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
+      mma_qk.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= p.scale_log2;
+    const int64_t col_begin = int64_t(n_block) * kBlockN;
+    if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
+      mask.apply(scores, score_coords, row_begin, col_begin);
+    }
+    softmax.update(scores, out_acc);
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
+
+    Barrier::wait(&smem.bar_v[stage], phase);
+    warpgroup_fence_operand(tOrP_storage);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      gemm(mma_pv, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    // Both warpgroups are done reading this stage before the leader refills it.
+    __syncthreads();
+  }
+
+  float lse[kRows];
+  softmax.finalize(out_acc, lse);
+
+  // Epilogue: rows past seq_q are never written. Adjacent column pairs go out as one 32-bit store.
+  Element* out = static_cast<Element*>(p.out);
+  const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
+  Element* out_head = out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
+  static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = row_begin + get<0>(out_coords(r, 0));
+    if (row >= p.seq_q) continue;
+    Element* out_row = out_head + row * out_row_stride;
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(out_acc); c += 2) {
+      const int col = get<1>(out_coords(r, c));
+      __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
+                                      static_cast<Element>(out_acc(r, c + 1))};
+      *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
+    }
+    if (threadIdx.x % 4 == 0) {
+      p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+    }
+  }
+}
+
+template <class Element, int kHeadDim>
+cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
+  using Traits = FwdKernelTraits<Element, kHeadDim>;
+  FwdKernelParams<Traits> p{};
+  const auto seq_q = static_cast<int32_t>(ap.seq_q);
+  const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
+  const auto batch = static_cast<int32_t>(ap.batch);
+  const int64_t num_tiles = ceil_div(ap.seq_q, Traits::kBlockM) * ap.num_heads * ap.batch;
+  if (num_tiles == 0) return cudaSuccess;  // nothing to write (and no valid descriptor for Q)
+  if (num_tiles > int64_t(INT32_MAX)) return cudaErrorInvalidConfiguration;
+  // A zero-length K/V still needs a valid descriptor; no tile of it is ever loaded.
+  const int32_t seq_kv_desc = seq_kv > 0 ? seq_kv : 1;
+  p.tma_q = Traits::make_tma(static_cast<const Element*>(ap.q), seq_q, ap.num_heads, batch,
+                             typename Traits::SmemLayoutQ{});
+  p.tma_k = Traits::make_tma(static_cast<const Element*>(ap.k), seq_kv_desc, ap.num_kv_heads,
+                             batch, typename Traits::SmemLayoutKVStage{});
+  p.tma_v = Traits::make_tma(static_cast<const Element*>(ap.v), seq_kv_desc, ap.num_kv_heads,
+                             batch, typename Traits::SmemLayoutKVStage{});
+  p.seq_q = seq_q;
+  p.seq_kv = seq_kv;
+  p.num_heads = ap.num_heads;
+  p.num_kv_heads = ap.num_kv_heads;
+  p.batch = batch;
+  p.num_m_blocks = static_cast<int32_t>(ceil_div(ap.seq_q, Traits::kBlockM));
+  p.scale_log2 = ap.scale * kLog2e;
+  p.is_causal = ap.is_causal;
+  p.out = ap.out;
+  p.lse = ap.lse;
+
+
+  auto kernel = fwd_kernel<Element, kHeadDim>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(static_cast<unsigned>(num_tiles)), dim3(Traits::kThreads), Traits::kSmemBytes,
+           stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
+  // The TMA descriptors and tile indices use 32-bit extents.
+  if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
+  switch (p.head_dim) {
+    case 64:
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64>(p, stream)
+                  : launch_fwd<cutlass::half_t, 64>(p, stream);
+    case 128:
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128>(p, stream)
+                  : launch_fwd<cutlass::half_t, 128>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace jax_dash::sm90

@@ -1,0 +1,412 @@
+// CPU forward and backward. Loops are written so the innermost loop runs over independent lanes
+// (never a floating-point reduction), which lets the compiler vectorize without reassociating sums:
+// the bits are those of the written order.
+#include "cuda/cpu/attention_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/cpu/dtype.h"
+#include "cuda/cpu/thread_pool.h"
+
+namespace jax_dash::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Index helpers for the contiguous layouts documented in cuda/params.h.
+struct Layout {
+  const AttentionParams& p;
+  int64_t q_index(int64_t b, int64_t i, int64_t h) const {
+    return ((b * p.seq_q + i) * p.num_heads + h) * p.head_dim;
+  }
+  int64_t kv_index(int64_t b, int64_t j, int64_t kvh) const {
+    return ((b * p.seq_kv + j) * p.num_kv_heads + kvh) * p.head_dim;
+  }
+  int64_t lse_index(int64_t b, int64_t h, int64_t i) const {
+    return (b * p.num_heads + h) * p.seq_q + i;
+  }
+  int group_size() const { return p.num_heads / p.num_kv_heads; }
+};
+
+ScheduleProblem schedule_problem(const AttentionParams& p) {
+  ScheduleProblem s{};
+  s.num_q_tiles = static_cast<int32_t>(ceil_div(p.seq_q, p.tiles.bwd_block_m));
+  s.num_kv_tiles = static_cast<int32_t>(ceil_div(p.seq_kv, p.tiles.bwd_block_n));
+  s.block_m = p.tiles.bwd_block_m;
+  s.block_n = p.tiles.bwd_block_n;
+  s.seq_q = p.seq_q;
+  s.seq_kv = p.seq_kv;
+  s.is_causal = p.is_causal;
+  s.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
+  s.wave = p.wave;
+  s.schedule = p.schedule;
+  return s;
+}
+
+// Loads `rows` rows of one head into a dense [rows, head_dim] fp32 tile (rows past the end -> 0).
+void load_rows(const void* base, DType dtype, int64_t first_index, int64_t row_stride,
+               int64_t rows, int64_t valid_rows, int64_t head_dim, float* tile) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = tile + r * head_dim;
+    if (r >= valid_rows) {
+      std::fill(row, row + head_dim, 0.0f);
+      continue;
+    }
+    const int64_t start = first_index + r * row_stride;
+    for (int64_t d = 0; d < head_dim; ++d) row[d] = load_element(base, start + d, dtype);
+  }
+}
+
+// transposed[d * cols + c] = tile[c * head_dim + d]
+void transpose(const float* tile, int64_t cols, int64_t head_dim, float* transposed) {
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t d = 0; d < head_dim; ++d) transposed[d * cols + c] = tile[c * head_dim + d];
+}
+
+// out[r, c] = sum_d a[r, d] * bt[d, c]   (a: [rows, head_dim], bt: [head_dim, cols])
+void matmul_abt(const float* a, const float* bt, int64_t rows, int64_t cols, int64_t head_dim,
+                float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out_row = out + r * cols;
+    std::fill(out_row, out_row + cols, 0.0f);
+    for (int64_t d = 0; d < head_dim; ++d) {
+      const float a_rd = a[r * head_dim + d];
+      const float* bt_row = bt + d * cols;
+      for (int64_t c = 0; c < cols; ++c) out_row[c] += a_rd * bt_row[c];
+    }
+  }
+}
+
+// out[r, :] += sum_c p[r, c] * b[c, :]   (p: [rows, cols], b: [cols, head_dim])
+void matmul_acc_pb(const float* p, const float* b, int64_t rows, int64_t cols, int64_t head_dim,
+                   float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out_row = out + r * head_dim;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float p_rc = p[r * cols + c];
+      const float* b_row = b + c * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * b_row[d];
+    }
+  }
+}
+
+// out[c, :] += sum_r p[r, c] * a[r, :]   (p: [rows, cols], a: [rows, head_dim])
+void matmul_acc_ptb(const float* p, const float* a, int64_t rows, int64_t cols, int64_t head_dim,
+                    float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a_row = a + r * head_dim;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float p_rc = p[r * cols + c];
+      float* out_row = out + c * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * a_row[d];
+    }
+  }
+}
+
+// A key is visible to a query iff it exists and (full mask or key <= query).
+inline bool visible(const AttentionParams& p, int64_t query, int64_t key) {
+  return key < p.seq_kv && (!p.is_causal || key <= query);
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t block_m = p.tiles.fwd_block_m;
+  const int64_t block_n = p.tiles.fwd_block_n;
+  const int64_t row0 = m * block_m;
+  const int64_t rows = std::min(block_m, p.seq_q - row0);
+  const int64_t kvh = h / L.group_size();
+  const int64_t row_stride_q = p.num_heads * D;
+  const int64_t row_stride_kv = p.num_kv_heads * D;
+
+  std::vector<float> q(rows * D), k(block_n * D), kt(D * block_n), v(block_n * D);
+  std::vector<float> s(rows * block_n), acc(rows * D, 0.0f);
+  std::vector<float> row_max(rows, kNegInf), row_sum(rows, 0.0f);
+  load_rows(p.q, p.dtype, L.q_index(b, row0, h), row_stride_q, rows, rows, D, q.data());
+
+  const int64_t num_kv_tiles = ceil_div(p.seq_kv, block_n);
+  const int64_t last_query = row0 + rows - 1;
+  for (int64_t n = 0; n < num_kv_tiles; ++n) {
+    const int64_t col0 = n * block_n;
+    if (p.is_causal && col0 > last_query) break;  // every later tile is above the diagonal
+    const int64_t cols = std::min(block_n, p.seq_kv - col0);
+    load_rows(p.k, p.dtype, L.kv_index(b, col0, kvh), row_stride_kv, cols, cols, D, k.data());
+    load_rows(p.v, p.dtype, L.kv_index(b, col0, kvh), row_stride_kv, cols, cols, D, v.data());
+    transpose(k.data(), cols, D, kt.data());
+    matmul_abt(q.data(), kt.data(), rows, cols, D, s.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s_row = s.data() + r * cols;
+      float tile_max = kNegInf;
+      bool has_nan = std::isnan(row_max[r]);
+      for (int64_t c = 0; c < cols; ++c) {
+        s_row[c] = visible(p, row0 + r, col0 + c) ? s_row[c] * p.scale : kNegInf;
+        if (std::isnan(s_row[c])) has_nan = true;
+        if (s_row[c] > tile_max) tile_max = s_row[c];
+      }
+      // NaN must reach the output, not be skipped by the max.
+      const float new_max =
+          has_nan ? std::numeric_limits<float>::quiet_NaN() : std::max(row_max[r], tile_max);
+      if (new_max == kNegInf) {  // nothing visible yet in this row
+        std::fill(s_row, s_row + cols, 0.0f);
+        continue;
+      }
+      const float correction = std::exp(row_max[r] - new_max);
+      float tile_sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        s_row[c] = std::exp(s_row[c] - new_max);
+        tile_sum += s_row[c];
+      }
+      row_sum[r] = row_sum[r] * correction + tile_sum;
+      row_max[r] = new_max;
+      float* acc_row = acc.data() + r * D;
+      for (int64_t d = 0; d < D; ++d) acc_row[d] *= correction;
+    }
+    matmul_acc_pb(s.data(), v.data(), rows, cols, D, acc.data());
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool empty = row_sum[r] == 0.0f;  // the row sees no key
+    const float inv_sum = empty ? 0.0f : 1.0f / row_sum[r];
+    const int64_t out_start = L.q_index(b, row0 + r, h);
+    for (int64_t d = 0; d < D; ++d)
+      store_element(p.out, out_start + d, p.dtype, empty ? 0.0f : acc[r * D + d] * inv_sum);
+    p.lse[L.lse_index(b, h, row0 + r)] = empty ? kNegInf : row_max[r] + std::log(row_sum[r]);
+  }
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+// Per-thread scratch for recomputing one (m, n) tile pair of the backward.
+struct BackwardScratch {
+  std::vector<float> q, dout, k, kt, v, vt, s, dp, lse, dsum;
+  BackwardScratch(int64_t block_m, int64_t block_n, int64_t D)
+      : q(block_m * D), dout(block_m * D), k(block_n * D), kt(D * block_n), v(block_n * D),
+        vt(D * block_n), s(block_m * block_n), dp(block_m * block_n), lse(block_m),
+        dsum(block_m) {}
+};
+
+// Loads Q_m, dO_m, lse, dsum of query tile m (rows past seq_q are zero and fully masked).
+void load_query_tile(const AttentionParams& p, const float* dsum_head, int64_t b, int64_t h,
+                     int64_t m, BackwardScratch& t) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t block_m = p.tiles.bwd_block_m;
+  const int64_t row0 = m * block_m;
+  const int64_t rows = std::min(block_m, p.seq_q - row0);
+  load_rows(p.q, p.dtype, L.q_index(b, row0, h), p.num_heads * D, block_m, rows, D, t.q.data());
+  load_rows(p.dout, p.dtype, L.q_index(b, row0, h), p.num_heads * D, block_m, rows, D,
+            t.dout.data());
+  for (int64_t r = 0; r < block_m; ++r) {
+    t.lse[r] = r < rows ? p.lse[L.lse_index(b, h, row0 + r)] : kNegInf;
+    t.dsum[r] = r < rows ? dsum_head[row0 + r] : 0.0f;
+  }
+}
+
+// Loads K_n, V_n (and their transposes) of kv head kvh.
+void load_key_tile(const AttentionParams& p, int64_t b, int64_t kvh, int64_t n,
+                   BackwardScratch& t) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t block_n = p.tiles.bwd_block_n;
+  const int64_t col0 = n * block_n;
+  const int64_t cols = std::min(block_n, p.seq_kv - col0);
+  load_rows(p.k, p.dtype, L.kv_index(b, col0, kvh), p.num_kv_heads * D, block_n, cols, D,
+            t.k.data());
+  load_rows(p.v, p.dtype, L.kv_index(b, col0, kvh), p.num_kv_heads * D, block_n, cols, D,
+            t.v.data());
+  transpose(t.k.data(), block_n, D, t.kt.data());
+  transpose(t.v.data(), block_n, D, t.vt.data());
+}
+
+// With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D).
+void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, BackwardScratch& t) {
+  const int64_t D = p.head_dim;
+  const int64_t block_m = p.tiles.bwd_block_m;
+  const int64_t block_n = p.tiles.bwd_block_n;
+  matmul_abt(t.q.data(), t.kt.data(), block_m, block_n, D, t.s.data());
+  matmul_abt(t.dout.data(), t.vt.data(), block_m, block_n, D, t.dp.data());
+  for (int64_t r = 0; r < block_m; ++r) {
+    const int64_t query = m * block_m + r;
+    const bool row_live = query < p.seq_q && t.lse[r] != kNegInf;
+    for (int64_t c = 0; c < block_n; ++c) {
+      const int64_t idx = r * block_n + c;
+      const bool live = row_live && visible(p, query, n * block_n + c);
+      const float prob = live ? std::exp(t.s[idx] * p.scale - t.lse[r]) : 0.0f;
+      t.s[idx] = prob;
+      t.dp[idx] = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
+    }
+  }
+}
+
+float* dsum_of_head(const AttentionParams& p, const BwdWorkspaceLayout& w, int64_t b,
+                    int64_t h) {
+  const int64_t padded_rows = ceil_div(p.seq_q, p.tiles.bwd_block_m) * p.tiles.bwd_block_m;
+  return p.workspace_f32 + w.dsum + (b * p.num_heads + h) * padded_rows;
+}
+
+// D = rowsum(dO * O) and lse * log2(e), padded rows zero / +inf, like the GPU preprocess.
+void backward_preprocess(const AttentionParams& p, const BwdWorkspaceLayout& w) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t padded_rows = ceil_div(p.seq_q, p.tiles.bwd_block_m) * p.tiles.bwd_block_m;
+  parallel_for(p.batch * p.num_heads, [&](int64_t bh) {
+    const int64_t b = bh / p.num_heads, h = bh % p.num_heads;
+    float* dsum = p.workspace_f32 + w.dsum + bh * padded_rows;
+    float* lse_log2 = p.workspace_f32 + w.lse_log2 + bh * padded_rows;
+    for (int64_t i = 0; i < padded_rows; ++i) {
+      if (i >= p.seq_q) {
+        dsum[i] = 0.0f;
+        lse_log2[i] = std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const int64_t start = L.q_index(b, i, h);
+      float total = 0.0f;
+      for (int64_t d = 0; d < D; ++d)
+        total += load_element(p.dout, start + d, p.dtype) * load_element(p.out, start + d, p.dtype);
+      dsum[i] = total;
+      lse_log2[i] = p.lse[L.lse_index(b, h, i)] * kLog2e;
+    }
+  });
+}
+
+// dK_n, dV_n of kv head kvh: the query heads of its group add their partials in dkv_ticket order,
+// and each head's partial accumulates its Q tiles in the schedule's visit order.
+void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
+                      const ScheduleProblem& sp, int64_t b, int64_t kvh, int64_t n) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t block_n = p.tiles.bwd_block_n;
+  const int group = L.group_size();
+  BackwardScratch t(p.tiles.bwd_block_m, block_n, D);
+  load_key_tile(p, b, kvh, n, t);
+
+  std::vector<int> head_order(group);
+  for (int g = 0; g < group; ++g) head_order[dkv_ticket(sp, g, static_cast<int>(n))] = g;
+
+  std::vector<float> dk(block_n * D, 0.0f), dv(block_n * D, 0.0f);
+  std::vector<float> dk_part(block_n * D), dv_part(block_n * D);
+  for (int g : head_order) {
+    const int64_t h = kvh * group + g;
+    const int head_linear = static_cast<int>(b * p.num_heads + h);
+    const float* dsum = dsum_of_head(p, w, b, h);
+    std::fill(dk_part.begin(), dk_part.end(), 0.0f);
+    std::fill(dv_part.begin(), dv_part.end(), 0.0f);
+    const int steps = q_visit_count(sp, head_linear, static_cast<int>(n));
+    for (int step = 0; step < steps; ++step) {
+      const int64_t m = q_visit_tile(sp, head_linear, static_cast<int>(n), step);
+      load_query_tile(p, dsum, b, h, m, t);
+      recompute_p_and_ds(p, m, n, t);
+      matmul_acc_ptb(t.s.data(), t.dout.data(), p.tiles.bwd_block_m, block_n, D, dv_part.data());
+      matmul_acc_ptb(t.dp.data(), t.q.data(), p.tiles.bwd_block_m, block_n, D, dk_part.data());
+    }
+    for (int64_t i = 0; i < block_n * D; ++i) {
+      dk[i] += dk_part[i];
+      dv[i] += dv_part[i];
+    }
+  }
+
+  const int64_t col0 = n * block_n;
+  const int64_t cols = std::min(block_n, p.seq_kv - col0);
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t start = L.kv_index(b, col0 + c, kvh);
+    for (int64_t d = 0; d < D; ++d) {
+      store_element(p.dk, start + d, p.dtype, dk[c * D + d] * p.scale);
+      store_element(p.dv, start + d, p.dtype, dv[c * D + d]);
+    }
+  }
+}
+
+// KV tiles in the order their partials are added to dQ tile m: position ticket(m, n) holds n.
+std::vector<int> ticket_order(const ScheduleProblem& sp, int head_linear, int m) {
+  const int count = dq_ticket_count(sp, m);
+  std::vector<int> order(count, -1);
+  for (int n = 0; n < sp.num_kv_tiles; ++n) {
+    if (!tile_active(sp, m, n)) continue;
+    const int ticket = dq_ticket(sp, head_linear, m, n);
+    if (ticket < 0 || ticket >= count || order[ticket] != -1)
+      throw std::logic_error("schedule.h tickets of dQ tile " + std::to_string(m) +
+                             " are not a permutation (ticket " + std::to_string(ticket) +
+                             " for kv tile " + std::to_string(n) + ")");
+    order[ticket] = n;
+  }
+  for (int n : order)
+    if (n < 0) throw std::logic_error("schedule.h: a dQ ticket was never assigned");
+  return order;
+}
+
+// dQ tile m of head h: partials dS_mn K_n summed into dq_accum in ticket order.
+void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
+                     const ScheduleProblem& sp, int64_t b, int64_t h, int64_t m) {
+  const Layout L{p};
+  const int64_t D = p.head_dim;
+  const int64_t block_m = p.tiles.bwd_block_m;
+  const int64_t block_n = p.tiles.bwd_block_n;
+  const int64_t padded_rows = ceil_div(p.seq_q, block_m) * block_m;
+  const int head_linear = static_cast<int>(b * p.num_heads + h);
+  const int64_t kvh = h / L.group_size();
+  BackwardScratch t(block_m, block_n, D);
+  load_query_tile(p, dsum_of_head(p, w, b, h), b, h, m, t);
+
+  float* dq_accum = p.workspace_f32 + w.dq_accum + ((b * p.num_heads + h) * padded_rows +
+                                                    m * block_m) * D;
+  std::fill(dq_accum, dq_accum + block_m * D, 0.0f);
+  std::vector<float> partial(block_m * D);
+  for (int n : ticket_order(sp, head_linear, static_cast<int>(m))) {
+    load_key_tile(p, b, kvh, n, t);
+    recompute_p_and_ds(p, m, n, t);
+    std::fill(partial.begin(), partial.end(), 0.0f);
+    matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, partial.data());
+    for (int64_t i = 0; i < block_m * D; ++i) dq_accum[i] += partial[i];
+  }
+
+  const int64_t rows = std::min(block_m, p.seq_q - m * block_m);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t start = L.q_index(b, m * block_m + r, h);
+    for (int64_t d = 0; d < D; ++d)
+      store_element(p.dq, start + d, p.dtype, dq_accum[r * D + d] * p.scale);
+  }
+}
+
+}  // namespace
+
+void forward(const AttentionParams& p) {
+  const int64_t num_q_tiles = ceil_div(p.seq_q, p.tiles.fwd_block_m);
+  parallel_for(p.batch * p.num_heads * num_q_tiles, [&](int64_t task) {
+    const int64_t m = task % num_q_tiles;
+    const int64_t bh = task / num_q_tiles;
+    forward_tile(p, bh / p.num_heads, bh % p.num_heads, m);
+  });
+}
+
+void backward(const AttentionParams& p) {
+  const BwdWorkspaceLayout w = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                    p.num_kv_heads, p.head_dim);
+  std::fill(p.workspace_i32, p.workspace_i32 + w.i32_size, 0);
+  std::fill(p.workspace_f32 + w.dk_accum, p.workspace_f32 + w.f32_size, 0.0f);
+  backward_preprocess(p, w);
+  const ScheduleProblem sp = schedule_problem(p);
+
+  const int64_t num_kv_tiles = sp.num_kv_tiles;
+  parallel_for(p.batch * p.num_kv_heads * num_kv_tiles, [&](int64_t task) {
+    const int64_t n = task % num_kv_tiles;
+    const int64_t bkv = task / num_kv_tiles;
+    backward_kv_tile(p, w, sp, bkv / p.num_kv_heads, bkv % p.num_kv_heads, n);
+  });
+
+  const int64_t num_q_tiles = sp.num_q_tiles;
+  parallel_for(p.batch * p.num_heads * num_q_tiles, [&](int64_t task) {
+    const int64_t m = task % num_q_tiles;
+    const int64_t bh = task / num_q_tiles;
+    backward_q_tile(p, w, sp, bh / p.num_heads, bh % p.num_heads, m);
+  });
+}
+
+}  // namespace jax_dash::cpu

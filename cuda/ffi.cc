@@ -1,0 +1,169 @@
+// XLA FFI handlers for platform "cpu" (and, when the sm90 kernels are not built, "CUDA" stubs that
+// say so), plus the nanobind module that hands them to Python.
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "cuda/cpu/attention_cpu.h"
+#include "cuda/ffi_common.h"
+#include "cuda/params.h"
+#include "cuda/schedule_py.h"
+#include "cuda/sm90/handlers.h"
+#include "nanobind/nanobind.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+namespace jax_dash {
+
+// The CPU has no residency limit; it uses the wave width of an H100/H200 SXM (132 SMs, one backward
+// CTA per SM) so that wave-dependent tickets (shift) give the bits such a GPU would.
+constexpr int32_t kCpuWave = 132;
+
+static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, float scale,
+                             bool is_causal, ffi::Result<ffi::AnyBuffer> out,
+                             ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  AttentionParams p;
+  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  if (static_cast<int64_t>(out->element_count()) !=
+          p.batch * p.seq_q * p.num_heads * p.head_dim ||
+      static_cast<int64_t>(lse->element_count()) != p.batch * p.num_heads * p.seq_q)
+    return ffi::Error::InvalidArgument("jax_dash: forward results have unexpected sizes");
+  p.out = out->untyped_data();
+  p.lse = lse->typed_data();
+  try {
+    cpu::forward(p);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_dash CPU forward: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                             ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+                             float scale, bool is_causal, int32_t schedule,
+                             ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                             ffi::Result<ffi::AnyBuffer> dv,
+                             ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+                             ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  AttentionParams p;
+  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
+  if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
+                                       &*workspace_i32, &p);
+      e.failure())
+    return e;
+  p.wave = kCpuWave;
+  try {
+    cpu::backward(p);
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_dash CPU backward: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace jax_dash
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCpu, jax_dash::FwdCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // query
+                                  .Arg<ffi::AnyBuffer>()          // key
+                                  .Arg<ffi::AnyBuffer>()          // value
+                                  .Attr<float>("scale")           // softmax scale
+                                  .Attr<bool>("is_causal")        // top-left causal mask
+                                  .Ret<ffi::AnyBuffer>()          // out
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // lse
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // query
+                                  .Arg<ffi::AnyBuffer>()          // key
+                                  .Arg<ffi::AnyBuffer>()          // value
+                                  .Arg<ffi::AnyBuffer>()          // out
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse
+                                  .Arg<ffi::AnyBuffer>()          // dout
+                                  .Attr<float>("scale")           // softmax scale
+                                  .Attr<bool>("is_causal")        // top-left causal mask
+                                  .Attr<int32_t>("schedule")      // jax_dash::Schedule
+                                  .Ret<ffi::AnyBuffer>()          // dq
+                                  .Ret<ffi::AnyBuffer>()          // dk
+                                  .Ret<ffi::AnyBuffer>()          // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // workspace_f32
+                                  .Ret<ffi::Buffer<ffi::S32>>()   // workspace_i32
+);
+
+#ifndef JAX_DASH_WITH_CUDA
+// Built without nvcc: a GPU call fails with a message that says why, not "no handler".
+static ffi::Error CudaNotBuiltImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary) {
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    "jax_dash was built without its CUDA kernels (nvcc was not found at build "
+                    "time, or JAX_DASH_CUDA=OFF); reinstall with the CUDA toolkit on PATH, or run "
+                    "on the CPU");
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, CudaNotBuiltImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
+);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, CudaNotBuiltImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
+);
+#endif
+
+namespace {
+
+template <typename T>
+nb::capsule encapsulate(T* fn) {
+  static_assert(std::is_invocable_r_v<XLA_FFI_Error*, T, XLA_FFI_CallFrame*>,
+                "an FFI handler takes XLA_FFI_CallFrame* and returns XLA_FFI_Error*");
+  return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+
+NB_MODULE(_jax_dash, m) {
+  m.doc() = "jax_dash native kernels: XLA FFI handlers and the schedule definitions";
+  m.def("registrations", []() {
+    nb::dict fwd, bwd, targets;
+    fwd["cpu"] = encapsulate(JaxDashFwdCpu);
+    fwd["CUDA"] = encapsulate(JaxDashFwdCuda);
+    bwd["cpu"] = encapsulate(JaxDashBwdCpu);
+    bwd["CUDA"] = encapsulate(JaxDashBwdCuda);
+    targets["jax_dash_fwd"] = fwd;
+    targets["jax_dash_bwd"] = bwd;
+    return targets;
+  });
+  m.def("built_with_cuda", []() {
+#ifdef JAX_DASH_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
+  m.attr("CPU_WAVE") = jax_dash::kCpuWave;
+  m.def(
+      "tile_config",
+      [](int head_dim) {
+        const jax_dash::TileConfig t = jax_dash::tile_config(head_dim);
+        return nb::make_tuple(t.fwd_block_m, t.fwd_block_n, t.bwd_block_m, t.bwd_block_n);
+      },
+      nb::arg("head_dim"), "(fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n) for head_dim");
+  m.def(
+      "bwd_workspace_size",
+      [](int64_t batch, int64_t seq_q, int64_t seq_kv, int64_t num_heads, int64_t num_kv_heads,
+         int64_t head_dim) {
+        const jax_dash::BwdWorkspaceLayout w = jax_dash::bwd_workspace_layout(
+            batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim);
+        return nb::make_tuple(w.f32_size, w.i32_size);
+      },
+      nb::arg("batch"), nb::arg("seq_q"), nb::arg("seq_kv"), nb::arg("num_heads"),
+      nb::arg("num_kv_heads"), nb::arg("head_dim"),
+      "(float32 elements, int32 elements) of the backward workspace");
+  jax_dash::bind_schedules(m);
+}

@@ -1,0 +1,68 @@
+"""Loads the native extension, registers its FFI targets, and wraps the raw ``ffi_call``\\ s.
+
+Inputs here are always 4-D; folding vmap axes and the missing batch axis happens above
+(``sharding.py``, ``attention.py``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+try:
+    from jax_dash import _jax_dash as _ext
+except ImportError as exc:  # pragma: no cover - only without a build
+    raise ImportError(
+        "jax_dash's native extension is missing or failed to load; install the package with "
+        "`pip install .` from a source checkout (it compiles the kernels)") from exc
+
+SCHEDULE_IDS = {
+    "ascending": 0,
+    "descending": 1,
+    "shift": 2,
+    "symmetric_shift": 3,
+    "atomic": 4,
+}
+
+for _target, _platforms in _ext.registrations().items():
+    for _platform, _capsule in _platforms.items():
+        jax.ffi.register_ffi_target(_target, _capsule, platform=_platform)
+
+built_with_cuda = _ext.built_with_cuda()
+CPU_WAVE = _ext.CPU_WAVE
+
+
+def tile_config(head_dim: int) -> tuple[int, int, int, int]:
+    """(fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n) from ``cuda/tiles.h``."""
+    return tuple(_ext.tile_config(int(head_dim)))
+
+
+def fwd_call(q, k, v, scale: float, is_causal: bool):
+    """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``."""
+    batch, seq_q, num_heads, _ = q.shape
+    result_types = (
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        jax.ShapeDtypeStruct((batch, num_heads, seq_q), jnp.float32),
+    )
+    return jax.ffi.ffi_call("jax_dash_fwd", result_types)(
+        q, k, v, scale=np.float32(scale), is_causal=bool(is_causal))
+
+
+def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: str):
+    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped."""
+    batch, seq_q, num_heads, head_dim = q.shape
+    seq_kv, num_kv_heads = k.shape[1], k.shape[2]
+    f32_size, i32_size = _ext.bwd_workspace_size(
+        batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
+    result_types = (
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        jax.ShapeDtypeStruct(k.shape, k.dtype),
+        jax.ShapeDtypeStruct(v.shape, v.dtype),
+        jax.ShapeDtypeStruct((f32_size,), jnp.float32),
+        jax.ShapeDtypeStruct((i32_size,), jnp.int32),
+    )
+    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
+        q, k, v, out, lse, dout, scale=np.float32(scale), is_causal=bool(is_causal),
+        schedule=np.int32(SCHEDULE_IDS[schedule]))
+    return dq, dk, dv

@@ -1,0 +1,162 @@
+"""Batching and partitioning of the raw FFI calls.
+
+Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
+
+* ``custom_vmap``: a vmapped call folds the mapped axis into the batch axis and calls the kernel
+  once (nested vmaps fold one after another). Unmapped operands are broadcast along the new axis.
+* ``custom_partitioning`` (GSPMD and Shardy): batch and heads shard with no communication. Heads
+  shard only when the mesh axes divide ``num_kv_heads`` too, so every shard holds whole GQA groups;
+  otherwise heads are gathered. The sequence and head_dim axes are always gathered (replicated)
+  before the call: attention needs every key for every query, so an input sharded along the
+  sequence is all-gathered and the result is still exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jax_dash import _ffi
+
+# Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim.
+_FWD_RULE = "b s h d, b t k d, b t k d -> b s h d, b h s"
+_BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d "
+             "-> b s h d, b t k d, b t k d")
+_REPLICATED_FACTORS = ("s", "t", "d")
+
+
+def _axes_size(mesh, axes) -> int:
+    if axes is None:
+        return 1
+    if isinstance(axes, str):
+        axes = (axes,)
+    return math.prod(mesh.shape[a] for a in axes)
+
+
+def _spec_entry(sharding, dim):
+    if not isinstance(sharding, NamedSharding):
+        return None
+    spec = tuple(sharding.spec) + (None,) * 8
+    return spec[dim]
+
+
+def _plan(mesh, q_shape, k_shape, q_sharding):
+    """Mesh axes for (batch, heads), taken from the query's sharding; None = replicated."""
+    batch_axes = _spec_entry(q_sharding, 0)
+    head_axes = _spec_entry(q_sharding, 2)
+    if batch_axes is not None and q_shape[0] % _axes_size(mesh, batch_axes):
+        batch_axes = None
+    heads_split = _axes_size(mesh, head_axes)
+    if head_axes is not None and (q_shape[2] % heads_split or k_shape[2] % heads_split):
+        head_axes = None  # a shard must hold whole GQA groups
+    return batch_axes, head_axes
+
+
+def _seq_spec(mesh, batch_axes, head_axes):
+    """[B, S, H, D] arrays."""
+    return NamedSharding(mesh, PartitionSpec(batch_axes, None, head_axes, None))
+
+
+def _lse_spec(mesh, batch_axes, head_axes):
+    """[B, H, S] arrays."""
+    return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, None))
+
+
+def _fold_vmapped(axis_size, in_batched, args):
+    """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every operand."""
+    folded = []
+    for x, batched in zip(args, in_batched):
+        if not batched:
+            x = jnp.broadcast_to(x[None], (axis_size,) + x.shape)
+        folded.append(x.reshape((axis_size * x.shape[1],) + x.shape[2:]))
+    return folded
+
+
+def _unfold(axis_size, outs):
+    return tuple(o.reshape((axis_size, o.shape[0] // axis_size) + o.shape[1:]) for o in outs)
+
+
+@functools.lru_cache(maxsize=None)
+def forward_op(scale: float, is_causal: bool):
+    """``(q, k, v) -> (out, lse)`` for 4-D inputs, batchable and partitionable."""
+
+    @custom_partitioning
+    def partitioned(q, k, v):
+        return _ffi.fwd_call(q, k, v, scale, is_causal)
+
+    def infer(mesh, arg_shapes, result_shape):
+        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
+                                      arg_shapes[0].sharding)
+        return (_seq_spec(mesh, batch_axes, head_axes), _lse_spec(mesh, batch_axes, head_axes))
+
+    def partition(mesh, arg_shapes, result_shape):
+        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
+                                      arg_shapes[0].sharding)
+        seq = _seq_spec(mesh, batch_axes, head_axes)
+        outs = (seq, _lse_spec(mesh, batch_axes, head_axes))
+
+        def lower(q, k, v):
+            return _ffi.fwd_call(q, k, v, scale, is_causal)
+
+        return mesh, lower, outs, (seq, seq, seq)
+
+    partitioned.def_partition(
+        partition=partition, infer_sharding_from_operands=infer, sharding_rule=_FWD_RULE,
+        need_replication_factors=_REPLICATED_FACTORS)
+
+    @jax.custom_batching.custom_vmap
+    def op(q, k, v):
+        return partitioned(q, k, v)
+
+    @op.def_vmap
+    def op_vmap(axis_size, in_batched, q, k, v):
+        outs = op(*_fold_vmapped(axis_size, in_batched, (q, k, v)))
+        return _unfold(axis_size, outs), (True, True)
+
+    return op
+
+
+@functools.lru_cache(maxsize=None)
+def backward_op(scale: float, is_causal: bool, schedule: str):
+    """``(q, k, v, out, lse, dout) -> (dq, dk, dv)`` for 4-D inputs."""
+
+    @custom_partitioning
+    def partitioned(q, k, v, out, lse, dout):
+        return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule)
+
+    def infer(mesh, arg_shapes, result_shape):
+        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
+                                      arg_shapes[0].sharding)
+        seq = _seq_spec(mesh, batch_axes, head_axes)
+        return (seq, seq, seq)
+
+    def partition(mesh, arg_shapes, result_shape):
+        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
+                                      arg_shapes[0].sharding)
+        seq = _seq_spec(mesh, batch_axes, head_axes)
+        lse = _lse_spec(mesh, batch_axes, head_axes)
+
+        def lower(q, k, v, out, lse_, dout):
+            return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule)
+
+        return mesh, lower, (seq, seq, seq), (seq, seq, seq, seq, lse, seq)
+
+    partitioned.def_partition(
+        partition=partition, infer_sharding_from_operands=infer, sharding_rule=_BWD_RULE,
+        need_replication_factors=_REPLICATED_FACTORS)
+
+    @jax.custom_batching.custom_vmap
+    def op(q, k, v, out, lse, dout):
+        return partitioned(q, k, v, out, lse, dout)
+
+    @op.def_vmap
+    def op_vmap(axis_size, in_batched, *args):
+        outs = op(*_fold_vmapped(axis_size, in_batched, args))
+        return _unfold(axis_size, outs), (True, True, True)
+
+    return op

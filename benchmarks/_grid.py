@@ -1,0 +1,114 @@
+"""The benchmark grid: points, FLOP counts and option parsing shared by all benchmark parts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+# DASH paper grid (arXiv 2601.21824): a fixed token budget and hidden size, so heads and batch
+# follow from head_dim and seq.
+PAPER_TOKENS = 16384
+PAPER_HIDDEN = 2048
+PAPER_HEAD_DIMS = (64, 128)
+PAPER_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+MASKS = ("full", "causal")
+
+# Backward FLOPs relative to forward: 5 matmuls against the forward's 2 (FlashAttention convention).
+BWD_FLOP_FACTOR = 2.5
+
+IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla")
+SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic")
+DETERMINISTIC_SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One grid point: tensors are [batch, seq, heads, head_dim], self-attention (seq_q == seq_kv)."""
+
+    head_dim: int
+    seq: int
+    mask: str
+    batch: int
+    heads: int
+
+    def __post_init__(self):
+        for name in ("head_dim", "seq", "batch", "heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Point.{name}={value!r} must be a positive int")
+        if self.mask not in MASKS:
+            raise ValueError(f"Point.mask={self.mask!r} must be one of {MASKS}")
+
+    @property
+    def is_causal(self) -> bool:
+        return self.mask == "causal"
+
+    @property
+    def key(self) -> str:
+        return f"hd{self.head_dim}-{self.mask}-s{self.seq}-b{self.batch}-h{self.heads}"
+
+    def label(self) -> str:
+        return f"hd={self.head_dim} {self.mask} seq={self.seq} B={self.batch} H={self.heads}"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> "Point":
+        return Point(**{f.name: d[f.name] for f in dataclasses.fields(Point)})
+
+
+def forward_flops(p: Point) -> float:
+    """4*B*H*Sq*Sk*D (two matmuls), halved for the causal mask."""
+    flops = 4.0 * p.batch * p.heads * p.seq * p.seq * p.head_dim
+    return flops / 2 if p.is_causal else flops
+
+
+def backward_flops(p: Point) -> float:
+    return BWD_FLOP_FACTOR * forward_flops(p)
+
+
+def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDEN) -> list[Point]:
+    """Paper grid: batch = tokens // seq, heads = hidden // head_dim; ordered hd, mask, seq."""
+    points = []
+    for head_dim in head_dims:
+        if hidden % head_dim:
+            raise ValueError(f"head_dim={head_dim} must divide hidden={hidden}")
+        for mask in masks:
+            for seq in seqs:
+                if tokens % seq:
+                    raise ValueError(
+                        f"seq={seq} must divide tokens={tokens} (batch = tokens // seq); "
+                        f"pass --tokens with a multiple of every --seqs value")
+                points.append(Point(head_dim=head_dim, seq=seq, mask=mask,
+                                    batch=tokens // seq, heads=hidden // head_dim))
+    return points
+
+
+def parse_int_list(text: str, *, name: str) -> tuple[int, ...]:
+    """'512,1k,16k' -> (512, 1024, 16384); errors name the option."""
+    values = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        if not item:
+            continue
+        scale = 1
+        if item.endswith("k"):
+            item, scale = item[:-1], 1024
+        try:
+            value = int(item) * scale
+        except ValueError:
+            raise ValueError(f"{name}={text!r}: {item!r} is not an integer (use e.g. 512,1k,16k)")
+        if value <= 0:
+            raise ValueError(f"{name}={text!r}: values must be positive, got {value}")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{name}={text!r} is empty")
+    return tuple(values)
+
+
+def parse_choice_list(text: str, *, name: str, allowed) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise ValueError(f"{name}={text!r}: {bad or 'empty'} not allowed; choose from {tuple(allowed)}")
+    return values

@@ -39,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jax_dash
+
 __all__ = ["attention_fn", "make_attention_fn"]
 
 
@@ -129,8 +131,8 @@ def make_attention_fn(
     """
     if is_causal is not None and not isinstance(is_causal, bool):
         raise TypeError(f"is_causal={is_causal!r} must be None, True or False")
-    if not isinstance(schedule, str):
-        raise TypeError(f"schedule={schedule!r} must be a string such as 'auto' or 'shift'")
+    if not isinstance(schedule, str) or schedule not in jax_dash.SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} must be one of {jax_dash.SCHEDULES}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
                               or not math.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale={scale!r} must be None or a positive finite number")
@@ -230,8 +232,6 @@ def make_attention_fn(
             elif check_mask:
                 _verify_traced_mask(mask, causal, seq_q, seq_kv)
         causal = bool(causal)
-
-        import jax_dash  # the package imports this module's siblings; import late to avoid cycles
 
         # jax_dash.attention takes one batch axis (or none): fold Flax's batch dims into one.
         if len(batch_dims) > 1:

@@ -1,0 +1,159 @@
+// Host side of the sm90 backward: workspace zeroing, preprocess, persistent main kernel,
+// postprocess. Never synchronizes; every launch is checked with cudaGetLastError.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include <cutlass/numeric_types.h>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/bwd_postprocess.cuh"
+#include "cuda/sm90/bwd_preprocess.cuh"
+#include "cuda/sm90/launch.h"
+
+namespace jax_dash::sm90 {
+namespace {
+
+using bwd::BwdTraits;
+
+ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
+  const TileConfig t = tile_config(p.head_dim);
+  ScheduleProblem sp{};
+  sp.num_q_tiles = static_cast<int32_t>(ceil_div(p.seq_q, t.bwd_block_m));
+  sp.num_kv_tiles = static_cast<int32_t>(ceil_div(p.seq_kv, t.bwd_block_n));
+  sp.block_m = t.bwd_block_m;
+  sp.block_n = t.bwd_block_n;
+  sp.seq_q = p.seq_q;
+  sp.seq_kv = p.seq_kv;
+  sp.is_causal = p.is_causal;
+  sp.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
+  sp.wave = std::max(wave, 1);
+  sp.schedule = p.schedule;
+  return sp;
+}
+
+int64_t total_items(const ScheduleProblem& sp) {
+  return static_cast<int64_t>(sp.num_heads) * items_per_head(sp);
+}
+
+// Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none.
+template <class F>
+bool dispatch(const AttentionParams& p, F&& f) {
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  const bool fp16 = p.dtype == DType::kFloat16;
+  if (!bf16 && !fp16) return false;
+  if (p.head_dim == 64) {
+    if (bf16) f(BwdTraits<cutlass::bfloat16_t, 64>{});
+    else f(BwdTraits<cutlass::half_t, 64>{});
+    return true;
+  }
+  if (p.head_dim == 128) {
+    if (bf16) f(BwdTraits<cutlass::bfloat16_t, 128>{});
+    else f(BwdTraits<cutlass::half_t, 128>{});
+    return true;
+  }
+  return false;
+}
+
+template <class Traits>
+cudaError_t resident_ctas(int* out) {
+  auto kernel = bwd::bwd_main_kernel<Traits>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  int device = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+  int sms = 0;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return err;
+  int per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads,
+                                                      Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  *out = per_sm * sms;
+  return cudaSuccess;
+}
+
+template <class Traits>
+cudaError_t run_bwd_impl(const AttentionParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const ScheduleProblem sp = make_schedule_problem(p, p.wave);
+  const int64_t rows_q = static_cast<int64_t>(sp.num_q_tiles) * Traits::kBlockM;
+  const int64_t items = total_items(sp);
+  cudaError_t err;
+
+  // Zero what is summed into or counted: dq_accum, the GQA accumulators, all int32 counters.
+  if ((err = cudaMemsetAsync(p.workspace_f32 + ws.dq_accum, 0,
+                             (ws.dsum - ws.dq_accum) * sizeof(float), stream)) != cudaSuccess)
+    return err;
+  if (ws.f32_size > ws.dk_accum &&
+      (err = cudaMemsetAsync(p.workspace_f32 + ws.dk_accum, 0,
+                             (ws.f32_size - ws.dk_accum) * sizeof(float), stream)) != cudaSuccess)
+    return err;
+  if (ws.i32_size > 0 && (err = cudaMemsetAsync(p.workspace_i32, 0, ws.i32_size * sizeof(int32_t),
+                                                stream)) != cudaSuccess)
+    return err;
+
+  const int64_t pre_rows = p.batch * p.num_heads * rows_q;
+  if (pre_rows > 0) {
+    const int64_t blocks = ceil_div(pre_rows, bwd::kPreprocessWarps);
+    bwd::bwd_preprocess_kernel<Element, kHeadDim>
+        <<<static_cast<unsigned>(blocks), bwd::kPreprocessWarps * 32, 0, stream>>>(
+            static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,
+            p.workspace_f32 + ws.dsum, p.workspace_f32 + ws.lse_log2, p.batch, p.seq_q,
+            p.num_heads, rows_q);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+
+  if (items > 0) {
+    int resident = 0;
+    if ((err = resident_ctas<Traits>(&resident)) != cudaSuccess) return err;
+    if (resident < 1) return cudaErrorInvalidConfiguration;
+    // Never more CTAs than can be resident together (a ticket wait must never wait on a CTA that
+    // is not running) and never more than there are items.
+    const int64_t grid = std::min<int64_t>({static_cast<int64_t>(std::max(p.wave, 1)),
+                                            static_cast<int64_t>(resident), items});
+    bwd::bwd_main_kernel<Traits>
+        <<<static_cast<unsigned>(grid), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, sp,
+                                                                                         items);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+
+  const int64_t dq_elems = p.batch * p.seq_q * p.num_heads * kHeadDim;
+  if (dq_elems > 0) {
+    const int64_t blocks = ceil_div(dq_elems, bwd::kPostprocessThreads);
+    bwd::bwd_postprocess_dq_kernel<Element, kHeadDim>
+        <<<static_cast<unsigned>(blocks), bwd::kPostprocessThreads, 0, stream>>>(
+            p.workspace_f32 + ws.dq_accum, static_cast<Element*>(p.dq), p.batch, p.seq_q,
+            p.num_heads, rows_q, p.scale);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+int bwd_wave(const AttentionParams& p) {
+  int resident = 0;
+  cudaError_t err = cudaSuccess;
+  const bool ok = dispatch(p, [&](auto traits) {
+    err = resident_ctas<decltype(traits)>(&resident);
+  });
+  if (!ok || err != cudaSuccess || resident < 1) return 1;
+  const int64_t items = total_items(make_schedule_problem(p, resident));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, items)));
+}
+
+cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;  // unsupported dtype / head_dim
+  dispatch(p, [&](auto traits) { err = run_bwd_impl<decltype(traits)>(p, stream); });
+  return err;
+}
+
+}  // namespace jax_dash::sm90

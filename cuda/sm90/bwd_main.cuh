@@ -1,0 +1,451 @@
+// Backward main kernel for sm90: one persistent CTA of two consumer warpgroups walks work items (KV
+// tiles) in increasing global order; per KV tile it keeps K_n, V_n in shared memory and dK_n, dV_n
+// in registers, visits the Q tiles of the schedule and adds each partial dQ_m into dq_accum in the
+// order fixed by the tickets of cuda/schedule.h (or with fp32 atomics for Schedule::kAtomic).
+//
+// All five products are wgmma with both operands in shared memory (SS):
+//   S^T  = K_n  Q_m^T    (kv, q)  over d     A = K  (K-major)      B = Q   (K-major)
+//   dP^T = V_n  dO_m^T   (kv, q)  over d     A = V  (K-major)      B = dO  (K-major)
+//   dV  += P^T  dO_m     (kv, d)  over q     A = P^T (K-major)     B = dO^T view (MN-major)
+//   dK  += dS^T Q_m      (kv, d)  over q     A = dS^T (K-major)    B = Q^T view (MN-major)
+//   dQ   = dS   K_n      (q, d)   over kv    A = dS view (MN-major) B = K^T view (MN-major)
+// Computing S and dP transposed puts the KV rows on the M side, so each warpgroup owns 64 KV rows
+// and P^T / dS^T come out of the accumulators already in the layout the dV / dK products read.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/numeric_types.h>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr TileConfig kTiles = tile_config(kHeadDim);
+  static constexpr int kBlockM = kTiles.bwd_block_m;
+  static constexpr int kBlockN = kTiles.bwd_block_n;
+  static constexpr int kWarpgroups = 2;
+  static constexpr int kThreads = kWarpgroups * 128;
+  static_assert(kBlockN == 64 * kWarpgroups, "each consumer warpgroup owns 64 KV rows");
+  static_assert(kBlockM == 64 || kBlockM == 128, "wgmma N of the S/dP products");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward supports head_dim 64 and 128");
+
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>, GMMA::Major::K,
+                           GMMA::Major::K>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ tile (Bm, d): two warpgroups split the rows when Bm = 128, else the head dim.
+  static constexpr bool kdQSplitM = kBlockM == 128;
+  using dQAtomShape = std::conditional_t<kdQSplitM, Shape<_64, HeadDim, BlockN>,
+                                         Shape<_64, Int<kHeadDim / 2>, BlockN>>;
+  using dQAtomLayout =
+      std::conditional_t<kdQSplitM, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>;
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, dQAtomShape, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      dQAtomLayout{}));
+
+  using SmemLayoutKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                              Shape<BlockN, HeadDim>{}));  // (Bn, d)
+  using SmemLayoutQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                             Shape<BlockM, HeadDim>{}));  // (Bm, d)
+  using SmemLayoutPt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                              Shape<BlockN, BlockM>{}));  // (Bn, Bm)
+  // Transposed views of the same bytes: (i, j) of the view is (j, i) of the stored tile.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<HeadDim, BlockM>{}, Stride<BlockM, _1>{})));  // (d, Bm)
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<HeadDim, BlockN>{}, Stride<BlockN, _1>{})));  // (d, Bn)
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutPt{}, make_layout(Shape<BlockM, BlockN>{}, Stride<BlockN, _1>{})));  // (Bm, Bn)
+
+  // cp.async, 16 bytes per thread per copy, rows of head_dim elements.
+  static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
+  using GmemTiledCopy = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+      Layout<Shape<Int<kThreads / kChunksPerRow>, Int<kChunksPerRow>>,
+             Stride<Int<kChunksPerRow>, _1>>{},
+      Layout<Shape<_1, Int<16 / int(sizeof(Element))>>>{}));
+
+  static constexpr int kStages = 2;  // Q/dO double buffering
+  static constexpr int kSmemAlign = 1024;  // 128-byte swizzle atoms repeat every 1024 bytes
+  struct SharedStorage {
+    alignas(kSmemAlign) Element k[kBlockN * kHeadDim];
+    alignas(kSmemAlign) Element v[kBlockN * kHeadDim];
+    alignas(kSmemAlign) Element q[kStages][kBlockM * kHeadDim];
+    alignas(kSmemAlign) Element dout[kStages][kBlockM * kHeadDim];
+    alignas(kSmemAlign) Element pt[kBlockN * kBlockM];
+    alignas(kSmemAlign) Element dst[kBlockN * kBlockM];
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    int64_t next_item;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + kSmemAlign;
+};
+
+// One thread spins (acquire at GPU scope), then the CTA barrier hands the acquire on.
+__device__ __forceinline__ int ld_acquire_gpu(const int32_t* ptr) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t ticket) {
+  while (ld_acquire_gpu(ptr) != ticket) __nanosleep(32);
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  const uint32_t s = cute::cast_smem_ptr_to_uint(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+// Issues a wgmma chain C (+)= A B over all K blocks; the caller waits with warpgroup_wait.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void gemm_ss(TiledMma& mma, TA const& tA, TB const& tB, TC& tC) {
+  warpgroup_fence_operand(tC);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), tC);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(tC);
+}
+
+// Copies kRows x head_dim rows (row stride row_stride elements) to a swizzled smem tile; rows at or
+// past rows_valid are zero-filled so that out-of-range keys/queries contribute exact zeros.
+template <class Traits, int kRows, class SmemTensor>
+__device__ __forceinline__ void load_rows(const typename Traits::Element* gbase, int64_t row_stride,
+                                          int64_t rows_valid, SmemTensor&& s_tile, int tid) {
+  typename Traits::GmemTiledCopy tiled_copy;
+  auto thr_copy = tiled_copy.get_thread_slice(tid);
+  Tensor g_tile = make_tensor(make_gmem_ptr(gbase),
+                              make_shape(Int<kRows>{}, Int<Traits::kHeadDim>{}),
+                              make_stride(row_stride, _1{}));  // (kRows, d)
+  Tensor c_tile = make_identity_tensor(Shape<Int<kRows>, Int<Traits::kHeadDim>>{});
+  Tensor tg = thr_copy.partition_S(g_tile);  // (CPY, CPY_M, CPY_K)
+  Tensor ts = thr_copy.partition_D(s_tile);  // (CPY, CPY_M, CPY_K)
+  Tensor tc = thr_copy.partition_S(c_tile);  // (CPY, CPY_M, CPY_K)
+  CUTE_UNROLL
+  for (int i = 0; i < size<1>(tg); ++i) {
+    if (get<0>(tc(0, i, 0)) < rows_valid) {
+      cute::copy(tiled_copy, tg(_, i, _), ts(_, i, _));
+    } else {
+      cute::clear(ts(_, i, _));
+    }
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_main_kernel(const AttentionParams p, const ScheduleProblem sp, const int64_t total_items) {
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+
+  extern __shared__ char smem_raw[];
+  const uintptr_t smem_addr = reinterpret_cast<uintptr_t>(smem_raw);
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
+      (smem_addr + Traits::kSmemAlign - 1) / Traits::kSmemAlign * Traits::kSmemAlign);
+
+  const int tid = threadIdx.x;
+  const bool deterministic = sp.schedule != Schedule::kAtomic;
+  const float scale_log2 = p.scale * kLog2e;
+  const int group = p.num_heads / p.num_kv_heads;
+  const bool gqa = group > 1;
+  const int64_t rows_q = static_cast<int64_t>(sp.num_q_tiles) * kBlockM;
+  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * kBlockN;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  float* dq_accum = p.workspace_f32 + ws.dq_accum;
+  const float* dsum_g = p.workspace_f32 + ws.dsum;
+  const float* lse_log2_g = p.workspace_f32 + ws.lse_log2;
+  float* dk_accum = p.workspace_f32 + ws.dk_accum;
+  float* dv_accum = p.workspace_f32 + ws.dv_accum;
+  int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
+  int32_t* dkv_sem = p.workspace_i32 + ws.dkv_semaphore;
+  int32_t* item_counter = p.workspace_i32 + ws.item_counter;
+
+  const int64_t q_row_stride = static_cast<int64_t>(p.num_heads) * kHeadDim;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});  // (d, Bn)
+  Tensor sPt = make_tensor(make_smem_ptr(smem.pt), typename Traits::SmemLayoutPt{});  // (Bn, Bm)
+  Tensor sdSt = make_tensor(make_smem_ptr(smem.dst), typename Traits::SmemLayoutPt{});  // (Bn, Bm)
+  Tensor sdS = make_tensor(make_smem_ptr(smem.dst), typename Traits::SmemLayoutdS{});  // (Bm, Bn)
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
+  Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+
+  // Coordinates of each accumulator element, for masks and global addresses.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
+  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  Tensor tdQc = thr_dq.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));
+  Tensor tPsPt = thr_sdp.partition_C(sPt);
+  Tensor tPsdSt = thr_sdp.partition_C(sdSt);
+
+  while (true) {
+    // Items are handed out in increasing global order, so every item a ticket waits on has already
+    // been taken by a running CTA: no deadlock even if fewer CTAs than p.wave are resident.
+    __syncthreads();  // smem from the previous item is no longer read
+    if (tid == 0) smem.next_item = atomicAdd(item_counter, 1);
+    __syncthreads();
+    const int64_t g = smem.next_item;
+    if (g >= total_items) break;
+    const int per_head = items_per_head(sp);
+    const int head_linear = static_cast<int>(g / per_head);
+    const int item = static_cast<int>(g % per_head);
+    const int64_t b = head_linear / p.num_heads;
+    const int h = head_linear % p.num_heads;
+    const int kvh = h / group;
+    const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
+    const Element* q_head = static_cast<const Element*>(p.q) + b * p.seq_q * q_row_stride +
+                            static_cast<int64_t>(h) * kHeadDim;
+    const Element* do_head = static_cast<const Element*>(p.dout) + b * p.seq_q * q_row_stride +
+                             static_cast<int64_t>(h) * kHeadDim;
+    const Element* k_head = static_cast<const Element*>(p.k) + b * p.seq_kv * kv_row_stride +
+                            static_cast<int64_t>(kvh) * kHeadDim;
+    const Element* v_head = static_cast<const Element*>(p.v) + b * p.seq_kv * kv_row_stride +
+                            static_cast<int64_t>(kvh) * kHeadDim;
+
+    auto load_q_stage = [&](int stage, int m) {
+      const int64_t row0 = static_cast<int64_t>(m) * kBlockM;
+      load_rows<Traits, kBlockM>(q_head + row0 * q_row_stride, q_row_stride, p.seq_q - row0,
+                                 make_tensor(make_smem_ptr(smem.q[stage]),
+                                             typename Traits::SmemLayoutQ{}),
+                                 tid);
+      load_rows<Traits, kBlockM>(do_head + row0 * q_row_stride, q_row_stride, p.seq_q - row0,
+                                 make_tensor(make_smem_ptr(smem.dout[stage]),
+                                             typename Traits::SmemLayoutQ{}),
+                                 tid);
+      constexpr int kVecs = kBlockM / 4;  // 16-byte copies of fp32 rows
+      const int64_t off = static_cast<int64_t>(head_linear) * rows_q + row0;
+      if (tid < kVecs) {
+        cp_async_16(&smem.lse_log2[stage][4 * tid], lse_log2_g + off + 4 * tid);
+      } else if (tid < 2 * kVecs) {
+        cp_async_16(&smem.dsum[stage][4 * (tid - kVecs)], dsum_g + off + 4 * (tid - kVecs));
+      }
+    };
+
+    const int num_kv_tiles_in_item = item_num_kv_tiles(sp, item);
+    for (int j = 0; j < num_kv_tiles_in_item; ++j) {
+      const int n = item_kv_tile(sp, item, j);
+      const int64_t kv0 = static_cast<int64_t>(n) * kBlockN;
+      if (j > 0) __syncthreads();  // K/V and P/dS smem of the previous tile are no longer read
+      load_rows<Traits, kBlockN>(k_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sK,
+                                 tid);
+      load_rows<Traits, kBlockN>(v_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sV,
+                                 tid);
+      const int num_steps = q_visit_count(sp, head_linear, n);
+      if (num_steps > 0) load_q_stage(0, q_visit_tile(sp, head_linear, n, 0));
+      cp_async_fence();
+      clear(tdKrdK);
+      clear(tdVrdV);
+
+      for (int step = 0; step < num_steps; ++step) {
+        const int m = q_visit_tile(sp, head_linear, n, step);
+        const int stage = step % Traits::kStages;
+        if (step + 1 < num_steps) {
+          // The other stage was last read by the previous step, which ended with a barrier.
+          load_q_stage(stage ^ 1, q_visit_tile(sp, head_linear, n, step + 1));
+          cp_async_fence();
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
+        __syncthreads();
+
+        Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+        Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+        Tensor sQt = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQt{});
+        Tensor sdOt =
+            make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQt{});
+        Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
+        Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+        gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+        gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
+
+        const float* s_lse = smem.lse_log2[stage];
+        const float* s_dsum = smem.dsum[stage];
+        const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
+        // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
+        // lse_log2 = +inf, so their P is already 0).
+        const bool need_mask =
+            kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int r = get<0>(tScS(i));  // kv row in tile
+          const int c = get<1>(tScS(i));  // q row in tile
+          float prob = exp2f(tSrS(i) * scale_log2 - s_lse[c]);
+          if (need_mask) {
+            const int64_t kv = kv0 + r;
+            const int64_t qi = q0 + c;
+            if (kv >= p.seq_kv || (p.is_causal && kv > qi)) prob = 0.f;
+          }
+          tSrS(i) = prob;
+        }
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrdP); ++i) {
+          const int c = get<1>(tScS(i));
+          tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[c]);
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          tPsPt(i) = static_cast<Element>(tSrS(i));
+          tPsdSt(i) = static_cast<Element>(tSrdP(i));
+        }
+        cutlass::arch::fence_view_async_shared();  // generic smem stores -> wgmma reads
+        __syncthreads();
+
+        Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+        Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+        gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
+        gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
+        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+
+        int32_t* sem = dq_sem + static_cast<int64_t>(head_linear) * sp.num_q_tiles + m;
+        if (deterministic && tid == 0) spin_until_equal(sem, dq_ticket(sp, head_linear, m, n));
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdQrdQ);
+        warpgroup_fence_operand(tdKrdK);
+        warpgroup_fence_operand(tdVrdV);
+        // Our turn on tile m (deterministic), and every wgmma of this step has read its smem.
+        __syncthreads();
+
+        float* dq_tile = dq_accum + (static_cast<int64_t>(head_linear) * rows_q + q0) * kHeadDim;
+        // Fragment elements 2i, 2i+1 are adjacent columns of one row (wgmma accumulator layout).
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdQrdQ); i += 2) {
+          const int r = get<0>(tdQc(i));
+          const int c = get<1>(tdQc(i));
+          float2* addr = reinterpret_cast<float2*>(dq_tile + r * kHeadDim + c);
+          if (deterministic) {
+            float2 acc = __ldcg(addr);
+            acc.x += tdQrdQ(i);
+            acc.y += tdQrdQ(i + 1);
+            __stcg(addr, acc);
+          } else {
+            atomicAdd(addr, make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
+          }
+        }
+        if (deterministic) {
+          __threadfence();
+          __syncthreads();  // every add of this CTA is complete before the release
+          if (tid == 0) red_release_gpu_add(sem, 1);
+        }
+      }
+      cp_async_wait<0>();  // K/V loads of a tile that visits no Q tile
+
+      // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO.
+      const int64_t kv_out_base = (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
+      Element* dk_out = static_cast<Element*>(p.dk) + kv_out_base;
+      Element* dv_out = static_cast<Element*>(p.dv) + kv_out_base;
+      if (!gqa) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdKrdK); ++i) {
+          const int r = get<0>(tdKVc(i));
+          const int c = get<1>(tdKVc(i));
+          if (kv0 + r < p.seq_kv) {
+            const int64_t o = (kv0 + r) * kv_row_stride + c;
+            dk_out[o] = static_cast<Element>(tdKrdK(i) * p.scale);
+            dv_out[o] = static_cast<Element>(tdVrdV(i));
+          }
+        }
+      } else {
+        // Query heads of a group add their partial dK_n/dV_n in dkv_ticket order; the last one
+        // converts the sum and writes the output.
+        int32_t* sem = dkv_sem + kv_head_linear * sp.num_kv_tiles + n;
+        const int ticket = dkv_ticket(sp, h % group, n);
+        if (tid == 0) spin_until_equal(sem, ticket);
+        __syncthreads();
+        float* dk_tile = dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+        float* dv_tile = dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+        const bool last = ticket == group - 1;
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdKrdK); ++i) {
+          const int r = get<0>(tdKVc(i));
+          const int c = get<1>(tdKVc(i));
+          float* dk_addr = dk_tile + r * kHeadDim + c;
+          float* dv_addr = dv_tile + r * kHeadDim + c;
+          const float dk_sum = __ldcg(dk_addr) + tdKrdK(i);
+          const float dv_sum = __ldcg(dv_addr) + tdVrdV(i);
+          if (last) {
+            if (kv0 + r < p.seq_kv) {
+              const int64_t o = (kv0 + r) * kv_row_stride + c;
+              dk_out[o] = static_cast<Element>(dk_sum * p.scale);
+              dv_out[o] = static_cast<Element>(dv_sum);
+            }
+          } else {
+            __stcg(dk_addr, dk_sum);
+            __stcg(dv_addr, dv_sum);
+          }
+        }
+        if (!last) {
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) red_release_gpu_add(sem, 1);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace jax_dash::sm90::bwd

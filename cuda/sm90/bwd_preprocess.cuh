@@ -1,0 +1,54 @@
+// Backward preprocess: dsum = rowsum(dO * O) in fp32 and lse in log2 units, both padded to whole Q
+// tiles so that the main kernel never tests row bounds when it reads them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace jax_dash::sm90::bwd {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPreprocessWarps = 8;  // rows per block (one warp per row)
+
+// One warp per (batch, head, padded row). Rows >= seq_q get dsum 0 and lse_log2 +inf, which makes
+// P = exp2(s - lse_log2) exactly 0 there; so does a row whose lse is -inf (it saw no key).
+template <class Element, int kHeadDim>
+__global__ void __launch_bounds__(kPreprocessWarps * 32)
+    bwd_preprocess_kernel(const Element* __restrict__ out, const Element* __restrict__ dout,
+                          const float* __restrict__ lse, float* __restrict__ dsum,
+                          float* __restrict__ lse_log2, int64_t batch, int64_t seq_q,
+                          int num_heads, int64_t rows_q) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row_linear = static_cast<int64_t>(blockIdx.x) * kPreprocessWarps + threadIdx.x / 32;
+  const int64_t total_rows = batch * num_heads * rows_q;
+  if (row_linear >= total_rows) return;
+  const int64_t row = row_linear % rows_q;
+  const int64_t bh = row_linear / rows_q;
+  const int64_t b = bh / num_heads;
+  const int h = static_cast<int>(bh % num_heads);
+
+  float acc = 0.f;
+  if (row < seq_q) {
+    const int64_t base = ((b * seq_q + row) * num_heads + h) * kHeadDim;
+#pragma unroll
+    for (int d = lane; d < kHeadDim; d += 32) {
+      acc += static_cast<float>(out[base + d]) * static_cast<float>(dout[base + d]);
+    }
+  }
+  // Fixed butterfly order: the same bits every run.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (lane == 0) {
+    dsum[row_linear] = acc;
+    float l2 = INFINITY;
+    if (row < seq_q) {
+      const float l = lse[bh * seq_q + row];
+      if (l != -INFINITY) l2 = l * kLog2e;
+    }
+    lse_log2[row_linear] = l2;
+  }
+}
+
+}  // namespace jax_dash::sm90::bwd

@@ -57,6 +57,8 @@ struct BwdWorkspaceLayout {
   // int32 buffer
   int64_t dq_semaphore;   // [batch, num_heads, Nq]
   int64_t dkv_semaphore;  // [batch, num_kv_heads, Nkv]  (GQA only)
+  int64_t item_counter;   // [batch]: element 0 = next sm90 backward work item (sized by batch only
+                          // to keep every size linear in batch)
   int64_t i32_size;
 };
 
@@ -87,6 +89,8 @@ JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_
   off += batch * num_heads * nq;
   w.dkv_semaphore = off;
   off += gqa ? batch * num_kv_heads * nkv : 0;
+  w.item_counter = off;
+  off += batch;
   w.i32_size = off;
   return w;
 }

@@ -1,0 +1,192 @@
+// XLA FFI handlers for platform "CUDA": validate buffers, fill AttentionParams, launch the sm90
+// kernels on XLA's stream. No allocation (the backward's workspace arrives as results) and no
+// stream synchronization.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cuda/ffi_common.h"
+#include "cuda/params.h"
+#include "cuda/sm90/handlers.h"
+#include "cuda/sm90/launch.h"
+#include "xla/ffi/api/ffi.h"
+
+// The backward kernels live in bwd_launch.cu, written in parallel; until that file exists the
+// backward handler reports that it is not built instead of breaking the link.
+#if __has_include("cuda/sm90/bwd_launch.cu")
+#define JAX_DASH_HAVE_SM90_BWD 1
+#else
+#define JAX_DASH_HAVE_SM90_BWD 0
+#endif
+
+namespace ffi = xla::ffi;
+
+namespace jax_dash::sm90 {
+namespace {
+
+constexpr int kMaxCachedDevices = 64;
+enum DeviceState : int { kUnknown = 0, kHopper = 1, kOther = 2 };
+// Per-device answer of the compute-capability check; handlers run on many threads at once.
+std::atomic<int> g_device_state[kMaxCachedDevices];
+std::atomic<int> g_device_major[kMaxCachedDevices];
+std::atomic<int> g_device_minor[kMaxCachedDevices];
+
+ffi::Error cuda_error(const char* what, cudaError_t err) {
+  return ffi::Error::Internal(std::string("jax_dash: ") + what + ": " + cudaGetErrorName(err) +
+                              " (" + cudaGetErrorString(err) + ")");
+}
+
+// The kernels use wgmma and TMA, which exist only on compute capability 9.0 (sm_90a).
+ffi::Error check_hopper_device() {
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_error("cudaGetDevice failed", err);
+  }
+  int state = device < kMaxCachedDevices ? g_device_state[device].load() : kUnknown;
+  int major = 0, minor = 0;
+  if (state == kUnknown) {
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    }
+    if (err != cudaSuccess) return cuda_error("cudaDeviceGetAttribute failed", err);
+    state = (major == 9 && minor == 0) ? kHopper : kOther;
+    if (device < kMaxCachedDevices) {
+      g_device_major[device].store(major);
+      g_device_minor[device].store(minor);
+      g_device_state[device].store(state);
+    }
+  } else {
+    major = g_device_major[device].load();
+    minor = g_device_minor[device].load();
+  }
+  if (state != kHopper) {
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_dash: the CUDA kernels need a Hopper GPU (compute capability 9.0, "
+                      "e.g. H100/H200/H800); device " + std::to_string(device) +
+                          " has compute capability " + std::to_string(major) + "." +
+                          std::to_string(minor) + ". Run on a Hopper GPU or on the CPU.");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error check_gpu_problem(const AttentionParams& p) {
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
+    return ffi::Error::InvalidArgument(
+        "jax_dash: on GPU query/key/value must be bfloat16 or float16 (float32 runs on the CPU "
+        "only); cast the inputs");
+  }
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    return ffi::Error::InvalidArgument("jax_dash: the Hopper kernels support head_dim 64 or 128, "
+                                       "got " + std::to_string(p.head_dim));
+  }
+  if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
+    return ffi::Error::InvalidArgument("jax_dash: batch and sequence lengths must be < 2^31");
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   float scale, bool is_causal, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  if (ffi::Error e = check_hopper_device(); e.failure()) return e;
+  AttentionParams p;
+  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
+  if (out->element_type() != q.element_type() ||
+      static_cast<int64_t>(out->element_count()) !=
+          p.batch * p.seq_q * p.num_heads * p.head_dim) {
+    return ffi::Error::InvalidArgument("jax_dash: out must have the query's shape " +
+                                       dims_string(q.dimensions()) + " and dtype, got " +
+                                       dims_string(out->dimensions()));
+  }
+  if (static_cast<int64_t>(lse->element_count()) != p.batch * p.num_heads * p.seq_q) {
+    return ffi::Error::InvalidArgument("jax_dash: lse must be [batch, num_heads, seq_q] float32, "
+                                       "got " + dims_string(lse->dimensions()));
+  }
+  p.out = out->untyped_data();
+  p.lse = lse->typed_data();
+  if (cudaError_t err = run_fwd(p, stream); err != cudaSuccess) {
+    return cuda_error("forward kernel launch failed", err);
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return cuda_error("forward kernel launch failed", err);
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+                   float scale, bool is_causal, int32_t schedule, ffi::Result<ffi::AnyBuffer> dq,
+                   ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                   ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+                   ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  if (ffi::Error e = check_hopper_device(); e.failure()) return e;
+  AttentionParams p;
+  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
+  if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
+  if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
+                                       &*workspace_i32, &p);
+      e.failure()) {
+    return e;
+  }
+  if (dk->element_type() != q.element_type() || dv->element_type() != q.element_type()) {
+    return ffi::Error::InvalidArgument("jax_dash: dk/dv must have the key's dtype");
+  }
+#if JAX_DASH_HAVE_SM90_BWD
+  p.wave = bwd_wave(p);
+  if (p.wave < 1) {
+    return ffi::Error::Internal("jax_dash: the occupancy query says no backward CTA fits on this "
+                                "GPU (wave width " + std::to_string(p.wave) + ")");
+  }
+  if (cudaError_t err = run_bwd(p, stream); err != cudaSuccess) {
+    return cuda_error("backward kernel launch failed", err);
+  }
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return cuda_error("backward kernel launch failed", err);
+  }
+  return ffi::Error::Success();
+#else
+  (void)stream;
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    "jax_dash: the Hopper backward is not built in this version "
+                    "(cuda/sm90/bwd_launch.cu was missing at build time)");
+#endif
+}
+
+}  // namespace
+}  // namespace jax_dash::sm90
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, jax_dash::sm90::FwdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // stream
+                                  .Arg<ffi::AnyBuffer>()                     // q
+                                  .Arg<ffi::AnyBuffer>()                     // k
+                                  .Arg<ffi::AnyBuffer>()                     // v
+                                  .Attr<float>("scale")                      // scale
+                                  .Attr<bool>("is_causal")                   // is_causal
+                                  .Ret<ffi::AnyBuffer>()                     // out
+                                  .Ret<ffi::Buffer<ffi::F32>>()              // lse
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // stream
+                                  .Arg<ffi::AnyBuffer>()                     // q
+                                  .Arg<ffi::AnyBuffer>()                     // k
+                                  .Arg<ffi::AnyBuffer>()                     // v
+                                  .Arg<ffi::AnyBuffer>()                     // out
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // lse
+                                  .Arg<ffi::AnyBuffer>()                     // dout
+                                  .Attr<float>("scale")                      // scale
+                                  .Attr<bool>("is_causal")                   // is_causal
+                                  .Attr<int32_t>("schedule")                 // schedule
+                                  .Ret<ffi::AnyBuffer>()                     // dq
+                                  .Ret<ffi::AnyBuffer>()                     // dk
+                                  .Ret<ffi::AnyBuffer>()                     // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()              // workspace_f32
+                                  .Ret<ffi::Buffer<ffi::S32>>()              // workspace_i32
+);

@@ -1,0 +1,166 @@
+"""CPU smoke tests of the benchmark harness (benchmarks/): tiny sizes, < 60 s on 2 cores."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH_DIR))
+
+import _grid  # noqa: E402
+import _report  # noqa: E402
+import _timing  # noqa: E402
+import _worker  # noqa: E402
+import bench_attention  # noqa: E402
+import bench_numerics  # noqa: E402
+
+
+def test_flops_follow_the_paper_convention():
+    p = _grid.Point(head_dim=128, seq=4096, mask="full", batch=4, heads=16)
+    assert _grid.forward_flops(p) == 4 * 4 * 16 * 4096 * 4096 * 128
+    causal = _grid.Point(head_dim=128, seq=4096, mask="causal", batch=4, heads=16)
+    assert _grid.forward_flops(causal) == _grid.forward_flops(p) / 2
+    assert _grid.backward_flops(causal) == 2.5 * _grid.forward_flops(causal)
+
+
+def test_paper_grid_keeps_tokens_and_hidden_fixed():
+    grid = _grid.make_grid((64, 128), _grid.PAPER_SEQS, _grid.MASKS)
+    assert len(grid) == 2 * 6 * 2
+    for p in grid:
+        assert p.batch * p.seq == 16384 and p.heads * p.head_dim == 2048
+
+
+def test_bad_options_name_the_option_and_value():
+    with pytest.raises(ValueError, match=r"seq=100 must divide tokens=16384"):
+        _grid.make_grid((64,), (100,), ("full",))
+    with pytest.raises(ValueError, match=r"--seqs='5x'"):
+        _grid.parse_int_list("5x", name="--seqs")
+    with pytest.raises(ValueError, match=r"--impls=.*'flash'.*allowed"):
+        _grid.parse_choice_list("cudnn,flash", name="--impls", allowed=_grid.IMPLS)
+    assert _grid.parse_int_list("512,1k,16k", name="--seqs") == (512, 1024, 16384)
+    assert bench_attention.main(["--seqs", "100"]) == 2
+    assert bench_attention.main(["--skip-timing"]) == 2
+
+
+def test_time_function_rotates_inputs_and_reports_median():
+    import jax.numpy as jnp
+    seen = []
+
+    def fn(x):
+        seen.append(int(x[0]))
+        return x + 1
+
+    sets = [(jnp.zeros(4),), (jnp.ones(4),)]
+    result = _timing.time_function(fn, sets, iters=3)
+    assert result["samples"] == 3 and result["median_s"] > 0
+    assert result["min_s"] <= result["median_s"] <= result["max_s"]
+    assert {0, 1} <= set(seen[2:])  # timed calls use both input sets, not one
+
+
+def test_bitwise_repeatable_detects_changing_bits():
+    import jax.numpy as jnp
+    calls = []
+
+    def drifting(x):
+        calls.append(1)
+        return (x * (1 + 1e-6 * len(calls)),)
+
+    x = jnp.linspace(1, 2, 8, dtype=jnp.float32)
+    assert not _timing.bitwise_repeatable(drifting, (x,))["repeatable"]
+    assert _timing.bitwise_repeatable(lambda x: (x * 2, x + 1), (x,))["repeatable"]
+
+
+def test_fp64_reference_matches_softmax_definition():
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 5, 1, 3)) for _ in range(4))
+    out, dq, dk, dv = bench_numerics.reference_fp64(q, k, v, do, is_causal=True)
+    # Causal row 0 sees only key 0: its output is v[0] and its query gradient is zero.
+    np.testing.assert_allclose(out[0, 0, 0], v[0, 0, 0], rtol=1e-12)
+    np.testing.assert_allclose(dq[0, 0, 0], 0.0, atol=1e-12)
+    # Gradient of sum(out * do) w.r.t. v by finite differences.
+    eps = 1e-6
+    v2 = v.copy()
+    v2[0, 2, 0, 1] += eps
+    out2 = bench_numerics.reference_fp64(q, k, v2, do, is_causal=True)[0]
+    numeric = ((out2 - out) * do).sum() / eps
+    np.testing.assert_allclose(dv[0, 2, 0, 1], numeric, rtol=1e-5)
+
+
+def _fake_record(impl, schedule, point, fwd_s, bwd_s, repeatable=True):
+    item = {"kind": "time", "impl": impl, "schedule": schedule, "point": point.to_json()}
+    f = _grid.forward_flops(point)
+    return {"item": item, "skipped": None, "error": None, "result": {
+        "fwd": {"median_s": fwd_s}, "fwd_bwd": {"median_s": fwd_s + bwd_s}, "bwd_s": bwd_s,
+        "tflops": {"fwd": f / fwd_s / 1e12, "bwd": 2.5 * f / bwd_s / 1e12,
+                   "fwd_bwd": 3.5 * f / (fwd_s + bwd_s) / 1e12},
+        "repeat": {"repeatable": repeatable}}}
+
+
+def test_report_ratios_and_tax():
+    p = _grid.Point(head_dim=128, seq=4096, mask="causal", batch=4, heads=16)
+    records = [
+        _fake_record("cudnn", None, p, 1.0, 2.0, repeatable=False),
+        _fake_record("cudnn_det", None, p, 1.0, 3.0),
+        _fake_record("jax_dash", "auto", p, 1.0, 1.5),
+        _fake_record("jax_dash", "atomic", p, 1.0, 1.2, repeatable=False),
+    ]
+    data = {"records": {bench_attention.record_key(r["item"]): r for r in records},
+            "runs": [{"command": "x"}]}
+    res = _report.Results(data)
+    assert res.ratio(p, "jax_dash:auto", "cudnn") == pytest.approx(2.0 / 1.5)
+    assert res.ratio(p, "jax_dash:auto", "cudnn_det") == pytest.approx(2.0)
+    assert res.tax(p, "jax_dash:auto") == pytest.approx(0.25)
+    md = _report.render_markdown(data)
+    assert "| auto / cuDNN det | 2.00x |" in md
+    assert "+25.0%" in md and "cuDNN, dash atomic" in md
+
+
+def test_dying_worker_costs_one_item(tmp_path):
+    records = []
+    items = [{"kind": "selftest_exit", "code": 7}, {"kind": "env", "group": "default"}]
+    _worker.run_items(items, script=str(BENCH_DIR / "bench_attention.py"), env=None,
+                      item_timeout_s=120, on_record=records.append)
+    assert len(records) == 2
+    assert "exited with code 7" in records[0]["error"]
+    assert records[1]["error"] is None and records[1]["result"]["platform"] == "cpu"
+
+
+def test_cli_smoke_on_cpu(tmp_path):
+    out = tmp_path / "res"
+    cmd = [sys.executable, str(BENCH_DIR / "bench_attention.py"), "--tokens", "128", "--hidden", "128",
+           "--head-dims", "64", "--seqs", "64", "--schedules", "auto,atomic",
+           "--iters", "2", "--peak-size", "64", "--numerics", "--numerics-seqs", "32",
+           "--masks", "causal", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cuDNN attention needs a CUDA GPU" in proc.stderr  # the skip note is printed
+    data = json.loads((out / "results.json").read_text())
+    records = data["records"]
+    assert records["env|default"]["result"]["platform"] == "cpu"
+    assert records["peak"]["result"]["tflops"] > 0
+    point = _grid.Point(head_dim=64, seq=64, mask="causal", batch=2, heads=2)
+    xla = records[f"time|xla|-|{point.key}"]["result"]
+    assert xla["fwd"]["median_s"] > 0 and xla["fwd_bwd"]["median_s"] > 0
+    assert xla["repeat"]["repeatable"] is True
+    assert records[f"time|cudnn|-|{point.key}"]["skipped"]
+    assert records[f"time|cudnn_det|-|{point.key}"]["skipped"]
+    dash = records[f"time|jax_dash|auto|{point.key}"]
+    if dash["skipped"] is None:  # jax_dash importable: its deterministic schedule must repeat
+        assert dash["error"] is None, dash["error"]
+        assert dash["result"]["repeat"]["repeatable"] is True
+    numerics = records[f"numerics|{_grid.Point(head_dim=64, seq=32, mask='causal', batch=1, heads=2).key}"]
+    xla_dev = numerics["result"]["impls"]["xla"]
+    # bf16 attention is accurate to ~1e-2 relative; a broken harness gives O(1) or NaN.
+    assert all(0 < xla_dev[t]["rel_rms"] < 5e-2 for t in bench_numerics.TENSORS)
+    md = (out / "results.md").read_text()
+    assert "## Backward TFLOP/s" in md and "| 64 | causal | 64 |" in md
+    try:
+        import matplotlib  # noqa: F401
+        assert (out / "bwd_tflops.png").stat().st_size > 0
+        assert (out / "numerics.png").stat().st_size > 0
+    except ImportError:
+        assert "matplotlib is not importable" in proc.stderr

@@ -1,18 +1,53 @@
 // DASH backward schedules: the single source of truth for work items, Q-tile visit orders and the
 // tickets that fix the order of every dQ (and GQA dK/dV) reduction. Used by the CPU kernels, the
-// sm90 kernels and, through the extension, by jax_dash/schedules.py.
+// sm90 kernels and, through the extension, by jax_dash/schedules.py (DAG model and simulator).
 //
-// Vocabulary (per (batch, head), "head" below):
+// Vocabulary (per (batch, head), "head" below; head_linear = b * num_heads + h):
 //   Nq  = ceil(seq_q / block_m) query tiles, Nkv = ceil(seq_kv / block_n) key/value tiles.
 //   contribution (m, n): KV tile n adds its partial dQ into query tile m (only if the tile pair
-//     is active under the mask).
+//     is active under the mask; causal is top-left: query i sees key j iff j <= i).
 //   item: one unit of work for one CTA (a KV tile, or a pair of KV tiles for symmetric_shift).
+//     Items are numbered globally g = head_linear * items_per_head + item.
+//   wave: G items resident at once. CTA c runs items c, c+G, c+2G, ..., so wave w is the items
+//     [wG, (w+1)G); a head's items may straddle waves and a wave may hold several heads.
 //   ticket(m, n): the position of contribution (m, n) in tile m's reduction order; the tickets of
-//     one tile are a permutation of 0..K(m)-1.
-//   wave: number of items resident at once (the persistent grid size on the GPU).
+//     one tile are a permutation of 0..K(m)-1, K(m) = number of KV tiles that tile m sees.
+//   For a head and the wave holding a given item, [lo, hi) are the head's items in that wave
+//   (wave_slice below): lo items of the head ran in earlier waves.
 //
-// STATUS: ascending and descending are complete; shift and symmetric_shift currently fall back to
-// ascending order (filled in by the schedules work).
+// Schedules (what each does, and what it becomes where its preconditions fail):
+//   ascending   item = KV tile n; visits its Q tiles m ascending; ticket = n (ascending n).
+//               FlashAttention-3's deterministic order. Every wait is on a smaller item, so it is
+//               deadlock-free for any wave, and its tickets do not depend on the wave.
+//   descending  as ascending, but Q tiles visited descending. Same tickets (so the same dQ bits).
+//               Causal: every item starts on the last Q tile and item j idles only ~j*r.
+//   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a wave starts
+//               on a different tile); ticket = lo + arrival rank of n at tile m among the wave's
+//               items [lo, hi), arrival ordered by (step, item). When the wave holds more of the
+//               head's items than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile
+//               at the same step and the smaller one goes first (defined, no assertion).
+//               Fallback: causal masks behave as `descending`.
+//               Tickets depend on the wave width (through lo, hi).
+//   symmetric_shift  causal, seq_q == seq_kv, Nkv even, block_n >= block_m: item p (of Nkv/2)
+//               takes the long KV column p then the short one Nkv-1-p, so every item has (nearly)
+//               the same number of tile steps. With P = Nkv/2 and f = first_q_tile: the long column
+//               visits f(p), f(p)+1, ..., f(P)-1 ascending, then Nq-1 down to f(P); the short column
+//               visits Nq-1 down to f(Nkv-1-p). At every step the items of a wave are on distinct Q
+//               tiles (no item ever waits on another of its wave), and tickets follow that arrival
+//               order: earlier waves' contributions first, then long columns (larger p first), then
+//               short columns. Tickets depend on the wave width.
+//               Fallbacks: full mask -> `shift`; causal with odd Nkv, seq_q != seq_kv, Nkv < 2 or
+//               block_n < block_m -> `descending`.
+//   atomic      no tickets (fp32 atomics, any order); visit order of `descending`. dq_ticket
+//               returns n, which the GPU ignores.
+// In every case the schedule enum the user asked for is kept; effective_schedule() says what the
+// functions actually do. GQA dK/dV: the query heads of a group add their partial dK_n/dV_n in
+// head order (dkv_ticket = head_in_group): always a smaller global item, wave-independent.
+//
+// Deadlock freedom (any wave >= 1, assuming the G items of a wave are co-resident): every ticket
+// wait is on an item of an earlier wave, or on an item of the same wave at an earlier step (or the
+// same step and a smaller item), so the order (wave, step, item) is a topological order of the
+// item-order + ticket-order DAG. jax_dash/schedules.py checks this by simulation.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +73,28 @@ struct ScheduleProblem {
   int64_t seq_kv;
   bool is_causal;
   int32_t num_heads;  // (batch * heads): number of independent heads of work
-  int32_t wave;       // items resident at once, >= 1
+  int32_t wave;       // items resident at once; values < 1 are treated as 1
   Schedule schedule;
 };
+
+// Fills Nq and Nkv from the sequence lengths and tile sizes.
+JAX_DASH_HD inline ScheduleProblem problem_from_lengths(int64_t seq_q, int64_t seq_kv,
+                                                        int32_t block_m, int32_t block_n,
+                                                        bool is_causal, int32_t num_heads,
+                                                        int32_t wave, Schedule schedule) {
+  ScheduleProblem p{};
+  p.num_q_tiles = static_cast<int32_t>((seq_q + block_m - 1) / block_m);
+  p.num_kv_tiles = static_cast<int32_t>((seq_kv + block_n - 1) / block_n);
+  p.block_m = block_m;
+  p.block_n = block_n;
+  p.seq_q = seq_q;
+  p.seq_kv = seq_kv;
+  p.is_causal = is_causal;
+  p.num_heads = num_heads;
+  p.wave = wave;
+  p.schedule = schedule;
+  return p;
+}
 
 // Is tile pair (m, n) touched by the mask? Top-left causal: query i sees key j iff j <= i.
 JAX_DASH_HD inline bool tile_active(const ScheduleProblem& p, int m, int n) {
@@ -64,26 +118,104 @@ JAX_DASH_HD inline int num_kv_tiles_seen(const ScheduleProblem& p, int m) {
   return seen < p.num_kv_tiles ? static_cast<int>(seen) : p.num_kv_tiles;
 }
 
+JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 ? 1 : p.wave; }
+
+// ---- fallbacks --------------------------------------------------------------------------------
+
+// symmetric_shift's pairing needs equal-length causal columns that pair up: Nkv even, square
+// causal mask, and first_q_tile strictly increasing (block_n >= block_m) so that a wave's items
+// are on distinct Q tiles at every step.
+JAX_DASH_HD inline bool symmetric_shift_applies(const ScheduleProblem& p) {
+  return p.is_causal && p.seq_q == p.seq_kv && p.num_kv_tiles >= 2 && p.num_kv_tiles % 2 == 0 &&
+         p.block_n >= p.block_m;
+}
+
+// The schedule the functions below implement for this problem (see the header comment).
+JAX_DASH_HD inline Schedule effective_schedule(const ScheduleProblem& p) {
+  switch (p.schedule) {
+    case Schedule::kShift:
+      return p.is_causal ? Schedule::kDescending : Schedule::kShift;
+    case Schedule::kSymmetricShift:
+      if (!p.is_causal) return Schedule::kShift;
+      return symmetric_shift_applies(p) ? Schedule::kSymmetricShift : Schedule::kDescending;
+    case Schedule::kAscending:
+    case Schedule::kDescending:
+    case Schedule::kAtomic:
+      return p.schedule;
+  }
+  return Schedule::kDescending;  // out-of-range enum values (rejected earlier by the FFI layer)
+}
+
 // ---- work items -------------------------------------------------------------------------------
 
-JAX_DASH_HD inline int items_per_head(const ScheduleProblem& p) { return p.num_kv_tiles; }
+JAX_DASH_HD inline int items_per_head(const ScheduleProblem& p) {
+  return effective_schedule(p) == Schedule::kSymmetricShift ? p.num_kv_tiles / 2 : p.num_kv_tiles;
+}
 
-JAX_DASH_HD inline int item_num_kv_tiles(const ScheduleProblem&, int /*item*/) { return 1; }
+JAX_DASH_HD inline int item_num_kv_tiles(const ScheduleProblem& p, int /*item*/) {
+  return effective_schedule(p) == Schedule::kSymmetricShift ? 2 : 1;
+}
 
-// j-th KV tile of an item (j < item_num_kv_tiles).
-JAX_DASH_HD inline int item_kv_tile(const ScheduleProblem&, int item, int /*j*/) { return item; }
+// j-th KV tile of an item (j < item_num_kv_tiles): symmetric_shift does the long column first.
+JAX_DASH_HD inline int item_kv_tile(const ScheduleProblem& p, int item, int j) {
+  if (effective_schedule(p) != Schedule::kSymmetricShift) return item;
+  return j == 0 ? item : p.num_kv_tiles - 1 - item;
+}
+
+// The item that processes KV tile n (inverse of item_kv_tile).
+JAX_DASH_HD inline int kv_tile_item(const ScheduleProblem& p, int n) {
+  if (effective_schedule(p) != Schedule::kSymmetricShift) return n;
+  const int mirror = p.num_kv_tiles - 1 - n;
+  return n < mirror ? n : mirror;
+}
+
+// This head's items that share a wave with `item`: [first, end). first = its items in earlier waves.
+struct WaveSlice {
+  int first;
+  int end;
+};
+
+JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int head, int item) {
+  const int64_t per_head = items_per_head(p);
+  const int64_t width = wave_width(p);
+  const int64_t head_start = static_cast<int64_t>(head) * per_head;
+  const int64_t wave_start = ((head_start + item) / width) * width;
+  const int64_t first = wave_start - head_start;
+  const int64_t end = first + width;
+  WaveSlice s;
+  s.first = static_cast<int>(first > 0 ? first : 0);
+  s.end = static_cast<int>(end < per_head ? end : per_head);
+  return s;
+}
 
 // ---- visit orders -----------------------------------------------------------------------------
 
-// Number of Q tiles that KV tile n visits, and the step-th of them, for head `head`.
+// Number of Q tiles that KV tile n visits (the same for every schedule).
 JAX_DASH_HD inline int q_visit_count(const ScheduleProblem& p, int /*head*/, int n) {
   return p.num_q_tiles - first_q_tile(p, n);
 }
 
+// The step-th Q tile that KV tile n of head `head` visits (step < q_visit_count).
 JAX_DASH_HD inline int q_visit_tile(const ScheduleProblem& p, int /*head*/, int n, int step) {
-  const int first = first_q_tile(p, n);
-  if (p.schedule == Schedule::kAscending) return first + step;
-  return p.num_q_tiles - 1 - step;  // descending (also atomic and the not-yet-written ones)
+  const int nq = p.num_q_tiles;
+  switch (effective_schedule(p)) {
+    case Schedule::kAscending:
+      return first_q_tile(p, n) + step;
+    case Schedule::kShift:  // full mask only
+      return static_cast<int>((static_cast<int64_t>(n) + step) % nq);
+    case Schedule::kSymmetricShift: {
+      const int half = p.num_kv_tiles / 2;
+      const int split = first_q_tile(p, half);  // long columns ascend below it, descend above
+      if (n >= half) return nq - 1 - step;      // short column
+      const int ascending_steps = split - first_q_tile(p, n);
+      if (step < ascending_steps) return first_q_tile(p, n) + step;
+      return nq - 1 - (step - ascending_steps);
+    }
+    case Schedule::kDescending:
+    case Schedule::kAtomic:
+      break;
+  }
+  return nq - 1 - step;
 }
 
 // ---- tickets ----------------------------------------------------------------------------------
@@ -93,13 +225,73 @@ JAX_DASH_HD inline int dq_ticket_count(const ScheduleProblem& p, int m) {
   return num_kv_tiles_seen(p, m);
 }
 
+namespace detail {
+
+// #{z in [0, z_end) : z mod period < k}, for z_end >= 0.
+JAX_DASH_HD inline int64_t count_low_residues(int64_t z_end, int64_t period, int64_t k) {
+  const int64_t rem = z_end % period;
+  return (z_end / period) * k + (rem < k ? rem : k);
+}
+
+// shift: rank of item n's arrival at tile m among the wave's items [lo, hi). Item x reaches m at
+// step (m - x) mod Nq; ties (possible only when hi - lo > Nq) go to the smaller item.
+JAX_DASH_HD inline int shift_arrival_rank(int nq, int lo, int hi, int m, int n) {
+  const int64_t period = nq;
+  const int64_t step = ((static_cast<int64_t>(m) - n) % period + period) % period;
+  // Items x in [lo, hi) with (m - x) mod Nq < step: substitute z = m - x + bias, z >= 0.
+  const int64_t bias = (static_cast<int64_t>(hi) / period + 1) * period;
+  const int64_t z_first = m - hi + 1 + bias;
+  const int64_t z_last = m - lo + bias;
+  const int64_t earlier_steps =
+      count_low_residues(z_last + 1, period, step) - count_low_residues(z_first, period, step);
+  const int64_t same_step_smaller = (static_cast<int64_t>(n) - lo) / period;
+  return static_cast<int>(earlier_steps + same_step_smaller);
+}
+
+// symmetric_shift: ticket of (m, n), n a column of pair item p (see the header comment).
+JAX_DASH_HD inline int symmetric_shift_ticket(const ScheduleProblem& p, int head, int m, int n) {
+  const int nkv = p.num_kv_tiles;
+  const int half = nkv / 2;
+  const bool long_column = n < half;
+  const int item = long_column ? n : nkv - 1 - n;
+  const WaveSlice s = wave_slice(p, head, item);
+  const int seen = num_kv_tiles_seen(p, m);
+  // Contributions to m from this head's earlier waves: long columns p < seen, short columns
+  // nkv-1-p < seen.
+  const int long_before = s.first < seen ? s.first : seen;
+  const int short_before = s.first - (nkv - seen) > 0 ? s.first - (nkv - seen) : 0;
+  const int before = long_before + short_before;
+  if (m < first_q_tile(p, half)) {
+    // Only long columns reach m, at step m - first_q_tile(p): larger p arrives first.
+    const int end = s.end < seen ? s.end : seen;
+    return before + (end - 1 - item);
+  }
+  // Every long column of the wave reaches m before any short column; within each, larger p first.
+  const int rank_in_kind = s.end - 1 - item;
+  return before + (long_column ? rank_in_kind : (s.end - s.first) + rank_in_kind);
+}
+
+}  // namespace detail
+
 // ticket(m, n) for an active (m, n) of head `head`.
-JAX_DASH_HD inline int dq_ticket(const ScheduleProblem&, int /*head*/, int /*m*/, int n) {
+JAX_DASH_HD inline int dq_ticket(const ScheduleProblem& p, int head, int m, int n) {
+  switch (effective_schedule(p)) {
+    case Schedule::kShift: {
+      const WaveSlice s = wave_slice(p, head, n);
+      return s.first + detail::shift_arrival_rank(p.num_q_tiles, s.first, s.end, m, n);
+    }
+    case Schedule::kSymmetricShift:
+      return detail::symmetric_shift_ticket(p, head, m, n);
+    case Schedule::kAscending:
+    case Schedule::kDescending:
+    case Schedule::kAtomic:
+      break;
+  }
   return n;
 }
 
 // Order of the GQA dK/dV reduction: query head `head_in_group` of its group adds its partial
-// dK_n/dV_n at this position.
+// dK_n/dV_n at this position. Always a smaller global item than the waiter: wave-independent.
 JAX_DASH_HD inline int dkv_ticket(const ScheduleProblem&, int head_in_group, int /*n*/) {
   return head_in_group;
 }

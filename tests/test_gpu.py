@@ -1,0 +1,163 @@
+"""Hopper (sm_90) forward kernel against the pure-JAX reference.
+
+Accuracy is judged relative to a naive low-precision run of the same math:
+``max|ours - ref_fp32| <= 2 * max|naive_lowp - ref_fp32| + atol``. Every test here is marked ``gpu``
+and is skipped unless a CUDA device of compute capability 9.0 is present.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_dash
+from jax_dash import _ffi
+from jax_dash.reference import reference_forward
+
+
+def _hopper_device():
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return None
+    for device in devices:
+        if str(getattr(device, "compute_capability", "")) == "9.0":
+            return device
+    return None
+
+
+HOPPER = _hopper_device()
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(HOPPER is None, reason="needs a CUDA GPU of compute capability 9.0"),
+]
+
+OUT_ATOL = 1e-3
+LSE_ATOL = 1e-3
+
+_fwd = jax.jit(_ffi.fwd_call, static_argnames=("scale", "is_causal"))
+
+
+def _inputs(key, batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim, dtype):
+    kq, kk, kv = jax.random.split(key, 3)
+    q = jax.random.normal(kq, (batch, seq_q, num_heads, head_dim), jnp.float32).astype(dtype)
+    k = jax.random.normal(kk, (batch, seq_kv, num_kv_heads, head_dim), jnp.float32).astype(dtype)
+    v = jax.random.normal(kv, (batch, seq_kv, num_kv_heads, head_dim), jnp.float32).astype(dtype)
+    return jax.device_put((q, k, v), HOPPER)
+
+
+def _max_err(x, ref):
+    return float(jnp.max(jnp.abs(x.astype(jnp.float32) - ref.astype(jnp.float32))))
+
+
+def _check_against_reference(q, k, v, scale, is_causal):
+    out, lse = _fwd(q, k, v, scale=scale, is_causal=is_causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == jnp.float32
+    with jax.default_matmul_precision("highest"):
+        ref_out, ref_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal)
+        naive_out, naive_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal,
+                                                 compute_dtype=q.dtype)
+    assert bool(jnp.all(jnp.isfinite(out.astype(jnp.float32)))), "non-finite output"
+    assert bool(jnp.all(jnp.isfinite(lse))), "non-finite lse"
+    err_out, naive_err_out = _max_err(out, ref_out), _max_err(naive_out, ref_out)
+    err_lse, naive_err_lse = _max_err(lse, ref_lse), _max_err(naive_lse, ref_lse)
+    assert err_out <= 2 * naive_err_out + OUT_ATOL, (err_out, naive_err_out)
+    assert err_lse <= 2 * naive_err_lse + LSE_ATOL, (err_lse, naive_err_lse)
+    return out, lse
+
+
+# (seq_q, seq_kv): one token, partial tiles, one tile + 1, long, and seq_q != seq_kv both ways.
+SEQS = [(1, 1), (97, 97), (129, 129), (1000, 1000), (4096, 4096), (97, 1000), (1000, 97),
+        (129, 4096), (4096, 129)]
+# (num_heads, num_kv_heads): MHA, GQA 2, GQA 8 (MQA-like with one kv head).
+HEADS = [(4, 4), (4, 2), (8, 1)]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seqs", SEQS, ids=[f"{a}x{b}" for a, b in SEQS])
+def test_forward_matches_reference(seqs, is_causal, head_dim, dtype):
+    seq_q, seq_kv = seqs
+    case = SEQS.index(seqs)
+    num_heads, num_kv_heads = HEADS[case % len(HEADS)]
+    batch = 2 if seq_q * seq_kv <= 1000 * 1000 else 1
+    q, k, v = _inputs(jax.random.key(1000 + case), batch, seq_q, seq_kv, num_heads, num_kv_heads,
+                      head_dim, dtype)
+    _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("gqa", [(3, 3), (6, 3), (16, 2)], ids=["mha", "gqa2", "gqa8"])
+def test_forward_gqa_and_odd_heads(gqa, head_dim):
+    num_heads, num_kv_heads = gqa
+    q, k, v = _inputs(jax.random.key(7), 3, 333, 271, num_heads, num_kv_heads, head_dim,
+                      jnp.bfloat16)
+    for is_causal in (False, True):
+        _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
+
+
+@pytest.mark.parametrize("scale", [0.5, -0.25, 2.0])
+def test_forward_any_scale(scale):
+    # A negative scale flips which score is the row max: the kernel must take the max after scaling.
+    q, k, v = _inputs(jax.random.key(11), 1, 300, 300, 2, 2, 64, jnp.bfloat16)
+    _check_against_reference(q, k, v, scale, True)
+
+
+def _poisoned_call(q, k, v, is_causal, poison):
+    """Runs the forward right after freeing a buffer of out's size filled with `poison`, so that the
+    allocator hands (very likely) the poisoned memory to the kernel's output."""
+    for _ in range(2):
+        junk = jax.device_put(np.full(q.shape, poison, dtype=q.dtype), HOPPER)
+        junk.block_until_ready()
+        junk.delete()
+    out, lse = _fwd(q, k, v, scale=0.125, is_causal=is_causal)
+    return np.asarray(out.astype(jnp.float32)), np.asarray(lse)
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_forward_writes_every_output_element(is_causal):
+    q, k, v = _inputs(jax.random.key(3), 2, 197, 77, 4, 2, 64, jnp.bfloat16)
+    _fwd(q, k, v, scale=0.125, is_causal=is_causal)  # compile outside the poisoned window
+    out_a, lse_a = _poisoned_call(q, k, v, is_causal, np.nan)
+    out_b, lse_b = _poisoned_call(q, k, v, is_causal, 12345.0)
+    assert np.all(np.isfinite(out_a)) and np.all(np.isfinite(lse_a))
+    assert np.all(np.abs(out_b) < 1000) and np.all(np.abs(lse_b) < 1000)
+    np.testing.assert_array_equal(out_a, out_b)
+    np.testing.assert_array_equal(lse_a, lse_b)
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_forward_is_bitwise_repeatable(is_causal):
+    q, k, v = _inputs(jax.random.key(5), 2, 1500, 1500, 8, 2, 128, jnp.bfloat16)
+    first_out, first_lse = _fwd(q, k, v, scale=0.1, is_causal=is_causal)
+    for _ in range(10):
+        out, lse = _fwd(q, k, v, scale=0.1, is_causal=is_causal)
+        assert bool(jnp.array_equal(out, first_out))
+        assert bool(jnp.array_equal(lse, first_lse))
+
+
+def test_forward_grid_far_larger_than_the_gpu():
+    # 4096 CTAs (31 waves on 132 SMs), then a batch beyond the 65535 limit of gridDim.y/z.
+    q, k, v = _inputs(jax.random.key(9), 32, 1024, 1024, 16, 4, 64, jnp.bfloat16)
+    _check_against_reference(q, k, v, 0.125, True)
+    q, k, v = _inputs(jax.random.key(10), 70000, 1, 3, 1, 1, 64, jnp.bfloat16)
+    _check_against_reference(q, k, v, 0.125, False)
+
+
+def test_public_attention_runs_the_kernel():
+    q, k, v = _inputs(jax.random.key(12), 2, 256, 256, 4, 4, 128, jnp.bfloat16)
+    out = jax.jit(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))(q, k, v)
+    raw, _ = _fwd(q, k, v, scale=1.0 / math.sqrt(128), is_causal=True)
+    assert bool(jnp.array_equal(out, raw))
+
+
+def test_unsupported_head_dim_is_a_clear_error():
+    q, k, v = _inputs(jax.random.key(13), 1, 16, 16, 2, 2, 32, jnp.bfloat16)
+    with pytest.raises(Exception, match="head_dim"):
+        jax.block_until_ready(_fwd(q, k, v, scale=0.1, is_causal=False))

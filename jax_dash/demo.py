@@ -95,7 +95,7 @@ def default_config(backend: str | None = None, **overrides) -> DemoConfig:
     if backend == "gpu":
         base = dict(steps=200, seq=1024, layers=4, heads=8, head_dim=64, batch=16, dtype="bfloat16")
     else:
-        base = dict(steps=80, seq=128, layers=2, heads=4, head_dim=32, batch=8, dtype="float32")
+        base = dict(steps=200, seq=128, layers=2, heads=4, head_dim=32, batch=8, dtype="float32")
     base.update({k: v for k, v in overrides.items() if v is not None})
     return DemoConfig(**base)
 

@@ -1,0 +1,140 @@
+"""The reproducible-training demo, at tiny settings: runs, agrees bitwise, reports honestly."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from jax_dash import demo
+
+TINY = dict(steps=4, seq=32, layers=1, heads=2, head_dim=16, batch=2, dtype="float32")
+TINY_ARGS = ["--steps", "3", "--seq", "32", "--layers", "1", "--heads", "2", "--head-dim", "16",
+             "--batch", "2", "--dtype", "float32"]
+
+
+def test_corpus_ships_with_package():
+    text = demo.load_corpus()
+    assert len(text) > 4096
+    assert len(set(text)) > 30
+
+
+def test_two_jax_dash_runs_are_bitwise_identical():
+    result = demo.run_demo(demo.DemoConfig(**TINY))
+    first, second = result.runs
+    assert result.identical
+    assert first.digest == second.digest
+    assert first.losses == second.losses
+    for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert all(np.isfinite(first.losses))
+    assert first.losses[-1] < first.losses[0], first.losses  # it does train
+
+
+def test_jax_dash_training_matches_xla_attention():
+    ours = demo.run_demo(demo.DemoConfig(**TINY, attention="jax_dash"), runs=1).runs[0]
+    xla = demo.run_demo(demo.DemoConfig(**TINY, attention="xla"), runs=1).runs[0]
+    np.testing.assert_allclose(ours.losses, xla.losses, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(ours.params), jax.tree.leaves(xla.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)
+
+
+def test_digest_sees_one_ulp_and_seed_changes():
+    params = demo.init_params(jax.random.key(0), demo.DemoConfig(**TINY), vocab_size=10)
+    base = demo.params_digest(params)
+    assert demo.params_digest(params) == base
+    embed = np.asarray(params["embed"]).copy()
+    embed[3, 5] = np.nextafter(embed[3, 5], np.float32(np.inf))
+    assert demo.params_digest({**params, "embed": embed}) != base
+    other = demo.init_params(jax.random.key(1), demo.DemoConfig(**TINY), vocab_size=10)
+    assert demo.params_digest(other) != base
+
+
+def test_batches_fixed_by_seed():
+    tokens = np.arange(500, dtype=np.int32)
+    cfg = demo.DemoConfig(**TINY)
+    first, again = demo.make_batches(tokens, cfg), demo.make_batches(tokens, cfg)
+    np.testing.assert_array_equal(first, again)
+    assert first.shape == (TINY["steps"], TINY["batch"], TINY["seq"] + 1)
+    other = demo.make_batches(tokens, demo.DemoConfig(**{**TINY, "seed": 3}))
+    assert not np.array_equal(first, other)
+
+
+def test_main_reports_identical_runs():
+    out = io.StringIO()
+    assert demo.main(TINY_ARGS + ["--quiet"], out=out) == 0
+    text = out.getvalue()
+    assert "IDENTICAL" in text and "DIFFERENT" not in text
+    digests = [line.split("sha256 ")[1] for line in text.splitlines() if "sha256" in line]
+    assert len(digests) == 2 and digests[0] == digests[1]
+
+
+def test_main_progress_goes_to_the_progress_stream():
+    out, progress = io.StringIO(), io.StringIO()
+    assert demo.main(TINY_ARGS, out=out, progress=progress) == 0
+    assert "step 3/3" in progress.getvalue()
+    assert "step 3/3" not in out.getvalue()
+
+
+def test_module_command_runs_as_documented():
+    proc = subprocess.run([sys.executable, "-m", "jax_dash.demo", *TINY_ARGS],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "final parameters: IDENTICAL" in proc.stdout
+    assert "run 2/2" in proc.stderr
+
+
+def _fake_result(attention, digests, schedule="auto"):
+    cfg = demo.DemoConfig(**TINY, attention=attention, schedule=schedule)
+    params = [{"w": np.zeros(2, np.float32)}, {"w": np.array([0, 0.5], np.float32)}]
+    runs = [demo.RunResult([2.0, 1.5], d, 1.0, p) for d, p in zip(digests, params)]
+    return demo.DemoResult(cfg, runs)
+
+
+def test_report_says_plainly_when_runs_differ():
+    out = io.StringIO()
+    demo.report(_fake_result("cudnn", ["aa", "bb"]), out)
+    text = out.getvalue()
+    assert "DIFFERENT" in text and "NOT reproducible" in text and "atomics" in text
+    assert "largest difference 0.5" in text
+
+    out = io.StringIO()
+    demo.report(_fake_result("jax_dash", ["aa", "bb"]), out)
+    assert "bug" in out.getvalue()
+
+    out = io.StringIO()
+    demo.report(_fake_result("jax_dash", ["aa", "bb"], schedule="atomic"), out)
+    assert "bug" not in out.getvalue() and "atomic" in out.getvalue()
+
+
+def test_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match="steps=0"):
+        demo.DemoConfig(**{**TINY, "steps": 0})
+    with pytest.raises(ValueError, match="attention='flash'"):
+        demo.DemoConfig(**TINY, attention="flash")
+    with pytest.raises(ValueError, match="seq=100000"):
+        demo.make_batches(np.arange(1000, dtype=np.int32), demo.DemoConfig(**{**TINY, "seq": 100000}))
+    with pytest.raises(SystemExit):
+        demo.main(["--steps", "0"], out=io.StringIO())
+    with pytest.raises(SystemExit):
+        demo.main(["--attention", "xla", "--schedule", "shift"], out=io.StringIO())
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the message shown without a GPU")
+def test_cudnn_without_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs a GPU"):
+        demo.make_attention_fn(demo.DemoConfig(**TINY, attention="cudnn"))
+
+
+def test_defaults_per_backend():
+    cpu = demo.default_config("cpu")
+    assert cpu.dtype == "float32"
+    gpu = demo.default_config("gpu")
+    # The Hopper kernels take bf16/fp16 and head_dim 64 or 128; the GPU default must fit them.
+    assert gpu.dtype in ("bfloat16", "float16") and gpu.head_dim in (64, 128)
+    assert gpu.seq >= 1024
+    assert demo.default_config("cpu", steps=7).steps == 7

@@ -1,0 +1,185 @@
+"""jax_dash.equinox: jax_dash in Equinox models, under vmap over batch and heads."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+eqx = pytest.importorskip("equinox")
+optax = pytest.importorskip("optax")
+
+import jax_dash  # noqa: E402
+import jax_dash.equinox as jde  # noqa: E402
+
+BATCH, SEQ, FEATURES, HEADS, VOCAB = 2, 24, 32, 4, 11
+TRAIN_STEPS = 3
+LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-4
+
+
+def _tokens(seed=0):
+    return jax.random.randint(jax.random.key(seed), (BATCH, SEQ + 1), 0, VOCAB)
+
+
+class Model(eqx.Module):
+    """Tiny causal LM around an eqx.nn.MultiheadAttention; ``use_jax_dash`` picks the kernel."""
+
+    embed: eqx.nn.Embedding
+    attn: eqx.nn.MultiheadAttention
+    head: eqx.nn.Linear
+    use_jax_dash: bool = eqx.field(static=True)
+
+    def __init__(self, use_jax_dash, key):
+        k1, k2, k3 = jax.random.split(key, 3)
+        self.embed = eqx.nn.Embedding(VOCAB, FEATURES, key=k1)
+        self.attn = eqx.nn.MultiheadAttention(HEADS, FEATURES, key=k2)
+        self.head = eqx.nn.Linear(FEATURES, VOCAB, key=k3)
+        self.use_jax_dash = use_jax_dash
+
+    def __call__(self, tokens):  # one sequence; vmapped over the batch
+        x = jax.vmap(self.embed)(tokens)
+        if self.use_jax_dash:
+            x = x + jde.multihead_attention(self.attn, x, x, x, is_causal=True)
+        else:
+            causal = jnp.tril(jnp.ones((tokens.shape[0],) * 2, bool))
+            x = x + self.attn(x, x, x, mask=causal)
+        return jax.vmap(self.head)(x)
+
+
+def _train(use_jax_dash):
+    model = Model(use_jax_dash, jax.random.key(0))
+    tx = optax.adam(1e-2)
+    opt_state = tx.init(eqx.filter(model, eqx.is_array))
+
+    @eqx.filter_jit
+    def step(model, opt_state, tokens):
+        def loss_fn(model):
+            logits = jax.vmap(model)(tokens[:, :-1])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
+        updates, opt_state = tx.update(grads, opt_state)
+        return eqx.apply_updates(model, updates), opt_state, loss
+
+    losses = []
+    tokens = _tokens()  # one batch throughout, so the loss must fall
+    for _ in range(TRAIN_STEPS):
+        model, opt_state, loss = step(model, opt_state, tokens)
+        losses.append(float(loss))
+    return losses, eqx.filter(model, eqx.is_array)
+
+
+def test_equinox_model_trains_like_equinox_attention():
+    ours_losses, ours = _train(use_jax_dash=True)
+    ref_losses, ref = _train(use_jax_dash=False)
+    np.testing.assert_allclose(ours_losses, ref_losses, rtol=LOSS_RTOL)
+    assert ours_losses[-1] < ours_losses[0]
+    ours_leaves, ref_leaves = jax.tree.leaves(ours), jax.tree.leaves(ref)
+    assert len(ours_leaves) == len(ref_leaves) > 0
+    for a, b in zip(ours_leaves, ref_leaves):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=PARAM_ATOL)
+
+
+def _self_attention_reference(block, x):
+    """The block's math with jax.nn.dot_product_attention, on a batch [B, S, d_model]."""
+    def project(linear, heads):
+        return jax.vmap(jax.vmap(linear))(x).reshape(x.shape[:2] + (heads, block.head_dim))
+
+    q = project(block.query_proj, block.num_heads)
+    k = project(block.key_proj, block.num_kv_heads)
+    v = project(block.value_proj, block.num_kv_heads)
+    out = jax.nn.dot_product_attention(q, k, v, is_causal=block.is_causal)
+    return jax.vmap(jax.vmap(block.output_proj))(out.reshape(x.shape[:2] + (-1,)))
+
+
+@pytest.mark.parametrize("num_kv_heads", [HEADS, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("is_causal", [True, False], ids=["causal", "full"])
+def test_self_attention_block_under_vmap(num_kv_heads, is_causal):
+    block = jde.SelfAttention(FEATURES, HEADS, num_kv_heads=num_kv_heads, is_causal=is_causal,
+                              key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (BATCH, SEQ, FEATURES))
+    np.testing.assert_allclose(jax.vmap(block)(x), _self_attention_reference(block, x), atol=1e-5)
+
+    def loss(block, fn):
+        return jnp.sum(jnp.sin(fn(block, x)))
+
+    ours = eqx.filter_grad(loss)(block, lambda b, x: jax.vmap(b)(x))
+    ref = eqx.filter_grad(loss)(block, _self_attention_reference)
+    for a, b in zip(jax.tree.leaves(eqx.filter(ours, eqx.is_array)),
+                    jax.tree.leaves(eqx.filter(ref, eqx.is_array))):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)
+
+
+def test_vmap_over_heads_and_batch_gives_the_same_bits():
+    keys = jax.random.split(jax.random.key(2), 4)
+    shape = (BATCH, SEQ, HEADS, 16)
+    q, k, v, dout = (jax.random.normal(key, shape, jnp.float32) for key in keys)
+
+    per_head = jax.vmap(jax.vmap(lambda q, k, v: jde.single_head_attention(q, k, v, is_causal=True),
+                                 in_axes=1, out_axes=1))
+    direct = lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True)
+    out_vmapped, vjp_vmapped = jax.vjp(per_head, q, k, v)
+    out_direct, vjp_direct = jax.vjp(direct, q, k, v)
+    # One sequence-head pair's result does not depend on how the batch was formed.
+    np.testing.assert_array_equal(out_vmapped, out_direct)
+    for a, b in zip(vjp_vmapped(dout), vjp_direct(dout)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(out_direct, jax.nn.dot_product_attention(q, k, v, is_causal=True),
+                               atol=1e-5)
+
+
+def test_multihead_attention_matches_module_call():
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, use_query_bias=True, use_output_bias=True,
+                                    key=jax.random.key(3))
+    x = jax.random.normal(jax.random.key(4), (SEQ, FEATURES))
+    causal = jnp.tril(jnp.ones((SEQ, SEQ), bool))
+    np.testing.assert_allclose(jde.multihead_attention(mha, x, x, x, is_causal=True),
+                               mha(x, x, x, mask=causal), atol=1e-5)
+    np.testing.assert_allclose(jde.multihead_attention(mha, x, x, x), mha(x, x, x), atol=1e-5)
+
+
+def test_dropout_in_training_is_refused():
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.1, key=jax.random.key(5))
+    x = jnp.ones((SEQ, FEATURES))
+    with pytest.raises(ValueError, match="dropout_p=0.1 in training mode"):
+        jde.multihead_attention(mha, x, x, x, is_causal=True)
+    # Inference: dropout is off, so the result is the module's own.
+    np.testing.assert_allclose(jde.multihead_attention(mha, x, x, x, inference=True),
+                               mha(x, x, x, inference=True), atol=1e-5)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="num_heads=4 must be a multiple of num_kv_heads=3"):
+        jde.SelfAttention(FEATURES, HEADS, num_kv_heads=3, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="schedule='fast'"):
+        jde.SelfAttention(FEATURES, HEADS, schedule="fast", key=jax.random.key(0))
+    block = jde.SelfAttention(FEATURES, HEADS, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"x must be \[seq, d_model\]"):
+        block(jnp.ones((BATCH, SEQ, FEATURES)))
+    with pytest.raises(ValueError, match=r"query must be \[seq, head_dim\]"):
+        jde.single_head_attention(jnp.ones((SEQ, 2, 8)), jnp.ones((SEQ, 8)), jnp.ones((SEQ, 8)))
+    with pytest.raises(TypeError, match="mha must be an equinox.nn.MultiheadAttention"):
+        jde.multihead_attention(block, jnp.ones((SEQ, FEATURES)), jnp.ones((SEQ, FEATURES)),
+                                jnp.ones((SEQ, FEATURES)))
+
+
+def test_missing_equinox_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "equinox", None)  # makes `import equinox` fail
+    monkeypatch.delitem(sys.modules, "jax_dash.equinox")
+    try:
+        with pytest.raises(ImportError, match=r"pip install jax_dash\[equinox\]"):
+            importlib.import_module("jax_dash.equinox")
+    finally:
+        # monkeypatch restores sys.modules entries; the package attribute needs restoring too.
+        monkeypatch.setattr(jax_dash, "equinox", jde, raising=False)
+
+
+def test_head_dim_default_and_scale():
+    block = jde.SelfAttention(FEATURES, HEADS, key=jax.random.key(0))
+    assert block.head_dim == FEATURES // HEADS
+    assert math.isclose(block.query_proj.weight.shape[0], HEADS * block.head_dim)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 
 import _grid
 
@@ -310,34 +311,45 @@ def write_plots(data: dict, out_dir) -> list[str]:
     return written
 
 
+def _seq_axis(ax, seqs):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(seqs)
+    ax.set_xticklabels([_seq_name(s) for s in seqs])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length")
+    ax.grid(True, alpha=0.3)
+
+
 def _plot_throughput(plt, res, points, phase, out_dir):
-    panels = sorted({(p.head_dim, p.mask) for p in points}, key=lambda x: (x[0], _grid.MASKS.index(x[1])))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    head_dims = sorted({p.head_dim for p in points})
+    masks = [m for m in _grid.MASKS if any(p.mask == m for p in points)]
+    fig, axes = plt.subplots(len(head_dims), len(masks), figsize=(6 * len(masks), 4 * len(head_dims)),
+                             squeeze=False)
     labels = ordered_labels({x for _, x in res.timing})
-    for ax, (head_dim, mask) in zip(axes[0], panels):
-        panel_points = [p for p in points if (p.head_dim, p.mask) == (head_dim, mask)]
-        for label in labels:
-            if phase == "fwd" and label.startswith("jax_dash:") and label != DASH_HEADLINE:
-                continue  # one forward kernel for every schedule
-            xs, ys = [], []
-            for p in panel_points:
-                value = res.tflops(p, label, phase)
-                if value is not None:
-                    xs.append(p.seq)
-                    ys.append(value)
-            if xs:
-                style = "-o" if label.startswith("jax_dash") else "--s"
-                ax.plot(xs, ys, style, label=display_name(label) if phase == "bwd" else
-                        display_name(label).replace(" auto", ""))
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"head_dim {head_dim}, {mask}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel(f"{'backward' if phase == 'bwd' else 'forward'} TFLOP/s")
-        ax.grid(True, alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
+    for row, head_dim in zip(axes, head_dims):
+        for ax, mask in zip(row, masks):
+            panel_points = [p for p in points if (p.head_dim, p.mask) == (head_dim, mask)]
+            for label in labels:
+                if phase == "fwd" and label.startswith("jax_dash:") and label != res.dash_forward_label(
+                        panel_points[0]):
+                    continue  # one forward kernel for every schedule
+                xs, ys = [], []
+                for p in panel_points:
+                    value = res.tflops(p, label, phase)
+                    if value is not None:
+                        xs.append(p.seq)
+                        ys.append(value)
+                if xs:
+                    name = display_name(label) if phase == "bwd" else display_name(label).split(" ")[0]
+                    ax.plot(xs, ys, "-o" if label.startswith("jax_dash") else "--s", label=name)
+            _seq_axis(ax, sorted({p.seq for p in panel_points}))
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"head_dim {head_dim}, {mask} mask, bf16")
+            ax.set_ylabel(f"{'backward' if phase == 'bwd' else 'forward'} TFLOP/s")
+            ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     name = f"{phase}_tflops.png"
-    fig.savefig(f"{out_dir}/{name}", dpi=110)
+    fig.savefig(f"{out_dir}/{name}", dpi=100)
     plt.close(fig)
     return name
 
@@ -347,16 +359,23 @@ def _plot_memory(plt, res, out_dir):
     for label in ordered_labels({x for _, x in res.memory}):
         pts = sorted((p.seq, r["peak_bytes"] / 1e9) for (p, x), r in res.memory.items()
                      if x == label and r.get("peak_bytes"))
+        color = None
         if pts:
-            ax.plot([s for s, _ in pts], [g for _, g in pts], "-o", label=display_name(label))
-        ooms = sorted(p.seq for (p, x), r in res.memory.items() if x == label and r["oom"])
+            (line,) = ax.plot([s for s, _ in pts], [g for _, g in pts], "-o", label=display_name(label))
+            color = line.get_color()
+        # An OOM is drawn where XLA planned to go (inputs + temp), when it said how much.
+        ooms = sorted((p.seq, (r["inputs_bytes"] + (r.get("temp_bytes") or 0)) / 1e9)
+                      for (p, x), r in res.memory.items() if x == label and r["oom"])
         if ooms:
-            ax.plot(ooms, [ax.get_ylim()[1]] * len(ooms), "x", label=f"{display_name(label)} OOM")
-    ax.set_xscale("log", base=2)
+            ax.plot([s for s, _ in ooms], [g for _, g in ooms], "x", markersize=10, color=color,
+                    label=f"{display_name(label)}: out of memory (planned)")
+    capacity = re.match(r"\s*(\d+)\s*MiB", res.env.get("gpu_memory") or "")
+    if capacity:
+        ax.axhline(int(capacity.group(1)) * 2**20 / 1e9, color="gray", linestyle=":",
+                   label=f"GPU memory ({res.env.get('gpu_name', 'GPU')})")
+    _seq_axis(ax, sorted({p.seq for p, _ in res.memory}))
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length")
     ax.set_ylabel("peak GB (fwd + bwd)")
-    ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(f"{out_dir}/memory.png", dpi=110)
@@ -365,7 +384,7 @@ def _plot_memory(plt, res, out_dir):
 
 
 def _plot_numerics(plt, res, out_dir):
-    from bench_numerics import TENSORS
+    from bench_numerics import ROUNDING_FLOOR, TENSORS
     panels = sorted({(p.head_dim, p.mask) for p in res.numerics},
                     key=lambda x: (x[0], _grid.MASKS.index(x[1])))
     fig, axes = plt.subplots(len(panels), len(TENSORS), figsize=(4 * len(TENSORS), 3 * len(panels)),
@@ -373,23 +392,21 @@ def _plot_numerics(plt, res, out_dir):
     for row, (head_dim, mask) in zip(axes, panels):
         pts = sorted((p for p in res.numerics if (p.head_dim, p.mask) == (head_dim, mask)),
                      key=lambda p: p.seq)
-        impls = sorted({i for p in pts for i in res.numerics[p]["impls"]})
+        impls = sorted({i for p in pts for i in res.numerics[p]["impls"]}, key=lambda i: (i != ROUNDING_FLOOR, i))
         for ax, tensor in zip(row, TENSORS):
             for impl in impls:
                 xs, ys = [], []
                 for p in pts:
                     entry = res.numerics[p]["impls"].get(impl, {})
-                    if tensor in entry:
+                    if tensor in entry and entry[tensor]["rel_rms"]:
                         xs.append(p.seq)
-                        ys.append(entry[tensor]["max_abs"])
+                        ys.append(entry[tensor]["rel_rms"])
                 if xs:
-                    ax.plot(xs, ys, "-o", label=impl)
-            ax.set_xscale("log", base=2)
+                    ax.plot(xs, ys, ":" if impl == ROUNDING_FLOOR else "-o", label=impl)
+            _seq_axis(ax, sorted({p.seq for p in pts}))
             ax.set_yscale("log")
             ax.set_title(f"{tensor}: hd {head_dim}, {mask}", fontsize=9)
-            ax.set_xlabel("sequence length")
-            ax.set_ylabel("max |x - fp64 ref|")
-            ax.grid(True, alpha=0.3)
+            ax.set_ylabel("rel. RMS error vs fp64")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(f"{out_dir}/numerics.png", dpi=100)

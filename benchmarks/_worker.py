@@ -107,7 +107,8 @@ def run_peak(item: dict) -> dict:
     if jax.default_backend() == "cpu" and size > CPU_PEAK_MATMUL_SIZE:
         note = f"size reduced from {size} to {CPU_PEAK_MATMUL_SIZE} on CPU"
         size = CPU_PEAK_MATMUL_SIZE
-    result = _timing.matmul_peak_tflops(size, iters=item.get("iters", 10))
+    result = _timing.matmul_peak_tflops(size, iters=item.get("iters", 20),
+                                        warmup_s=1.0 if jax.default_backend() == "gpu" else 0.1)
     result["note"] = note
     return result
 

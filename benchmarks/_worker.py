@@ -28,7 +28,7 @@ CPU_PEAK_MATMUL_SIZE = 512  # an 8192^3 bf16 matmul takes minutes on a CPU
 
 
 def _fmt_tflops(x):
-    return "-" if x is None else f"{x:.1f}"
+    return "-" if x is None else f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
 def _short_error(e: BaseException) -> str:

@@ -204,6 +204,9 @@ def _slug(env: dict) -> str:
 
 
 def _git_commit():
+    """The checkout's commit; JAX_DASH_GIT_COMMIT names it where the tree has no .git (a copy)."""
+    if os.environ.get("JAX_DASH_GIT_COMMIT"):
+        return os.environ["JAX_DASH_GIT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or None

@@ -33,6 +33,23 @@ built_with_cuda = _ext.built_with_cuda()
 CPU_WAVE = _ext.CPU_WAVE
 
 
+def _result_type(shape, dtype, like):
+    """A result type carrying ``like``'s varying manual axes, so that results inside
+    ``shard_map`` have the type of the operands (the attribute is named by JAX version)."""
+    aval = jax.typeof(like)
+    mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    for name in ("manual_axis_type", "vma"):
+        value = getattr(aval, name, None)
+        if value is None or mesh is None or not getattr(value, "varying", value):
+            continue  # not inside shard_map
+        try:
+            sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding, **{name: value})
+        except TypeError:
+            continue
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
 def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     """(fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n) from ``cuda/tiles.h``."""
     return tuple(_ext.tile_config(int(head_dim)))
@@ -42,8 +59,8 @@ def fwd_call(q, k, v, scale: float, is_causal: bool):
     """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``."""
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        jax.ShapeDtypeStruct((batch, num_heads, seq_q), jnp.float32),
+        _result_type(q.shape, q.dtype, q),
+        _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
     return jax.ffi.ffi_call("jax_dash_fwd", result_types)(
         q, k, v, scale=np.float32(scale), is_causal=bool(is_causal))
@@ -56,11 +73,11 @@ def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: s
     f32_size, i32_size = _ext.bwd_workspace_size(
         batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
     result_types = (
-        jax.ShapeDtypeStruct(q.shape, q.dtype),
-        jax.ShapeDtypeStruct(k.shape, k.dtype),
-        jax.ShapeDtypeStruct(v.shape, v.dtype),
-        jax.ShapeDtypeStruct((f32_size,), jnp.float32),
-        jax.ShapeDtypeStruct((i32_size,), jnp.int32),
+        _result_type(q.shape, q.dtype, q),
+        _result_type(k.shape, k.dtype, q),
+        _result_type(v.shape, v.dtype, q),
+        _result_type((f32_size,), jnp.float32, q),
+        _result_type((i32_size,), jnp.int32, q),
     )
     dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
         q, k, v, out, lse, dout, scale=np.float32(scale), is_causal=bool(is_causal),

@@ -71,7 +71,7 @@ def reference_backward(q, k, v, out, lse, dout, *, scale=None, is_causal=False,
     dv = jnp.einsum("bhqk,bqhd->bkhd", probs, dout)
     dp = jnp.einsum("bqhd,bkhd->bhqk", dout, vc)
     dsum = jnp.einsum("bqhd,bqhd->bhq", dout, oc)[..., None]
-    ds = probs * (dp - dsum)
+    ds = jnp.where(live, probs * (dp - dsum), 0)  # masked pairs contribute no gradient
     dq = jnp.einsum("bhqk,bkhd->bqhd", ds, kc) * scale
     dk = jnp.einsum("bhqk,bqhd->bkhd", ds, qc) * scale
 

@@ -27,7 +27,8 @@ from jax_dash import _ffi
 _FWD_RULE = "b s h d, b t k d, b t k d -> b s h d, b h s"
 _BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d "
              "-> b s h d, b t k d, b t k d")
-_REPLICATED_FACTORS = ("s", "t", "d")
+# Listed in order of first appearance in the rules, as Shardy requires.
+_REPLICATED_FACTORS = ("s", "d", "t")
 
 
 def _axes_size(mesh, axes) -> int:

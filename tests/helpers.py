@@ -1,0 +1,51 @@
+"""Shared test utilities: random inputs and the relative-to-naive accuracy criterion."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_dash.reference import reference_backward, reference_forward
+
+
+def random_inputs(seed, batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim, dtype):
+    """Random normal q, k, v, dout (never zeros: zeros hide unwritten outputs)."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+    q = jax.random.normal(keys[0], (batch, seq_q, num_heads, head_dim), jnp.float32)
+    k = jax.random.normal(keys[1], (batch, seq_kv, num_kv_heads, head_dim), jnp.float32)
+    v = jax.random.normal(keys[2], (batch, seq_kv, num_kv_heads, head_dim), jnp.float32)
+    dout = jax.random.normal(keys[3], (batch, seq_q, num_heads, head_dim), jnp.float32)
+    return tuple(x.astype(dtype) for x in (q, k, v, dout))
+
+
+def max_abs_diff(a, b):
+    return float(jnp.max(jnp.abs(jnp.asarray(a, jnp.float32) - jnp.asarray(b, jnp.float32))))
+
+
+def assert_close_to_reference(name, ours, ref_fp32, naive_lowp, atol):
+    """max|ours - ref| <= 2 * max|naive_lowp - ref| + atol (DESIGN.md's accuracy criterion)."""
+    ours = np.asarray(jnp.asarray(ours, jnp.float32))
+    assert np.all(np.isfinite(ours)), f"{name}: non-finite values"
+    error = max_abs_diff(ours, ref_fp32)
+    budget = 2 * max_abs_diff(naive_lowp, ref_fp32) + atol
+    assert error <= budget, f"{name}: max error {error:.3e} exceeds 2 x naive + atol = {budget:.3e}"
+
+
+def references(q, k, v, dout, *, scale=None, is_causal=False):
+    """fp32 reference and naive low-precision (input dtype) results: (out, dq, dk, dv) each."""
+    ref_out, ref_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal)
+    ref_grads = reference_backward(q, k, v, ref_out, ref_lse, dout, scale=scale,
+                                   is_causal=is_causal)
+    lowp = q.dtype
+    naive_out, naive_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal,
+                                             compute_dtype=lowp)
+    naive_grads = reference_backward(q, k, v, naive_out, naive_lse, dout, scale=scale,
+                                     is_causal=is_causal, compute_dtype=lowp)
+    return (ref_out, *ref_grads), (naive_out, *naive_grads)
+
+
+def attention_and_grads(fn, q, k, v, dout):
+    """(out, dq, dk, dv) of fn through jax.vjp."""
+    out, vjp = jax.vjp(fn, q, k, v)
+    return (out, *vjp(dout))

@@ -1,0 +1,133 @@
+"""jax_dash.attention on the CPU kernels: accuracy, shapes, determinism, batch invariance."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_dash
+from helpers import (assert_close_to_reference, attention_and_grads, random_inputs,
+                     references)
+
+ATOL = {jnp.float32: 5e-5, jnp.float16: 1e-3, jnp.bfloat16: 1e-3}
+DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
+
+# (batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
+SHAPES = [
+    (2, 1, 1, 2, 2, 64),        # one token
+    (1, 97, 97, 2, 1, 64),      # partial tiles, MQA
+    (2, 129, 129, 4, 2, 32),    # one row past a tile, GQA 2
+    (1, 1000, 1000, 2, 2, 64),  # long, many tiles
+    (1, 200, 77, 8, 1, 16),     # seq_q > seq_kv, GQA 8
+    (1, 77, 200, 2, 2, 128),    # seq_q < seq_kv
+    (1, 130, 130, 2, 2, 256),   # largest head_dim
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_reference(shape, is_causal, dtype):
+    q, k, v, dout = random_inputs(0, *shape, dtype)
+    ours = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal),
+                               q, k, v, dout)
+    ref, naive = references(q, k, v, dout, is_causal=is_causal)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+        assert o.dtype == jnp.dtype(dtype), f"{name} dtype {o.dtype}"
+        assert_close_to_reference(name, o, r, n, ATOL[dtype])
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_agrees_with_jax_nn_xla_in_float32(is_causal):
+    q, k, v, dout = random_inputs(1, 2, 150, 150, 4, 2, 64, jnp.float32)
+    ours = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal),
+                               q, k, v, dout)
+    theirs = attention_and_grads(
+        lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=is_causal,
+                                                     implementation="xla"), q, k, v, dout)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), ours, theirs):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-5, err_msg=name)
+
+
+def test_custom_scale():
+    q, k, v, dout = random_inputs(2, 1, 64, 80, 2, 2, 32, jnp.float32)
+    ours = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, scale=0.3), q, k, v,
+                               dout)
+    ref, naive = references(q, k, v, dout, scale=0.3)
+    for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+        assert_close_to_reference(name, o, r, n, ATOL[jnp.float32])
+
+
+def test_unbatched_inputs_match_batched():
+    q, k, v, dout = random_inputs(3, 1, 70, 70, 4, 2, 32, jnp.bfloat16)
+    batched = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                                  q, k, v, dout)
+    unbatched = attention_and_grads(
+        lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True), q[0], k[0], v[0], dout[0])
+    for a, b in zip(batched, unbatched):
+        assert b.shape == a.shape[1:]
+        np.testing.assert_array_equal(a[0], b)
+
+
+@pytest.mark.parametrize("schedule", DETERMINISTIC + ("atomic",))
+def test_gradients_bitwise_identical_over_20_runs(schedule):
+    q, k, v, dout = random_inputs(4, 2, 300, 300, 4, 2, 64, jnp.bfloat16)
+    grad_fn = jax.jit(jax.vjp(lambda q, k, v: jax_dash.attention(
+        q, k, v, is_causal=True, schedule=schedule), q, k, v)[1])
+    first = [np.asarray(g) for g in grad_fn(dout)]
+    for _ in range(19):
+        again = grad_fn(dout)
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_bits_do_not_depend_on_cpu_thread_count(monkeypatch):
+    q, k, v, dout = random_inputs(5, 2, 257, 257, 4, 1, 64, jnp.float32)
+    fn = lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True)  # noqa: E731
+    results = []
+    for threads in ("1", "2", "7"):
+        monkeypatch.setenv("JAX_DASH_CPU_THREADS", threads)
+        results.append([np.asarray(x) for x in attention_and_grads(fn, q, k, v, dout)])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_batch_invariance(is_causal):
+    """A sequence's bits do not depend on the batch around it or its position in it."""
+    q, k, v, dout = random_inputs(6, 5, 190, 190, 4, 2, 64, jnp.bfloat16)
+    fn = lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal)  # noqa: E731
+    whole = attention_and_grads(fn, q, k, v, dout)
+    for index in (0, 3):
+        alone = attention_and_grads(fn, q[index:index + 1], k[index:index + 1],
+                                    v[index:index + 1], dout[index:index + 1])
+        for a, b in zip(whole, alone):
+            np.testing.assert_array_equal(np.asarray(a[index]), np.asarray(b[0]))
+
+
+def test_every_schedule_computes_the_same_function():
+    q, k, v, dout = random_inputs(7, 1, 600, 600, 2, 2, 64, jnp.float32)
+    ref, naive = references(q, k, v, dout, is_causal=True)
+    for schedule in jax_dash.SCHEDULES:
+        ours = attention_and_grads(lambda q, k, v: jax_dash.attention(
+            q, k, v, is_causal=True, schedule=schedule), q, k, v, dout)
+        for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+            assert_close_to_reference(f"{schedule} {name}", o, r, n, ATOL[jnp.float32])
+
+
+def test_nan_and_inf_propagate_without_crash():
+    """Non-finite inputs give non-finite outputs exactly where the reference has them."""
+    q, k, v, dout = random_inputs(8, 1, 64, 64, 2, 2, 32, jnp.float32)
+    q = q.at[0, 10, 0, 3].set(jnp.nan)
+    v = v.at[0, 5, 1, 0].set(jnp.inf)
+    ours = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                               q, k, v, dout)
+    ref, _ = references(q, k, v, dout, is_causal=True)
+    assert np.isnan(ours[0][0, 10, 0]).all()        # the NaN query row
+    assert not np.isfinite(ours[0][0, 5:, 1, 0]).any()  # rows that see the Inf value
+    for name, o, r in zip(("out", "dq", "dk", "dv"), ours, ref):
+        o, r = np.asarray(o), np.asarray(r)
+        np.testing.assert_array_equal(np.isfinite(o), np.isfinite(r), err_msg=name)
+        finite = np.isfinite(r)
+        np.testing.assert_allclose(o[finite], r[finite], atol=5e-5, err_msg=name)

@@ -1,0 +1,67 @@
+"""Bad input gets a ValueError/TypeError that names the argument, the value and what is allowed."""
+
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_dash
+
+
+def arrays(q_shape=(2, 16, 4, 32), kv_shape=(2, 16, 2, 32), dtype=jnp.float32,
+           v_shape=None, k_dtype=None, v_dtype=None):
+    q = jnp.ones(q_shape, dtype)
+    k = jnp.ones(kv_shape, k_dtype or dtype)
+    v = jnp.ones(v_shape or kv_shape, v_dtype or dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(q_shape=(16, 32), kv_shape=(16, 32)), ValueError, r"query must be 4-D .* got shape \(16, 32\)"),
+    (dict(q_shape=(1, 2, 16, 4, 32)), ValueError, r"query must be 4-D .*\(1, 2, 16, 4, 32\)"),
+    (dict(q_shape=(16, 4, 32)), ValueError, r"all be 4-D or all be 3-D"),
+    (dict(v_shape=(2, 16, 2, 16)), ValueError, r"key and value must have the same shape"),
+    (dict(kv_shape=(3, 16, 2, 32)), ValueError, r"same batch size.*\(2, 16, 4, 32\).*\(3, 16, 2, 32\)"),
+    (dict(kv_shape=(2, 16, 2, 64)), ValueError, r"same head_dim"),
+    (dict(kv_shape=(2, 16, 3, 32)), ValueError, r"num_heads \(4\) must be a positive multiple of num_kv_heads \(3\)"),
+    (dict(q_shape=(2, 16, 4, 12), kv_shape=(2, 16, 2, 12)), ValueError, r"head_dim=12 is not supported: .*multiple of 8 up to 256"),
+    (dict(q_shape=(2, 16, 4, 264), kv_shape=(2, 16, 2, 264)), ValueError, r"head_dim=264"),
+    (dict(q_shape=(2, 0, 4, 32)), ValueError, r"sequence lengths must be at least 1, got seq_q=0"),
+    (dict(kv_shape=(2, 0, 2, 32)), ValueError, r"seq_kv=0"),
+    (dict(q_shape=(0, 16, 4, 32), kv_shape=(0, 16, 2, 32)), ValueError, r"batch must be at least 1"),
+    (dict(dtype=jnp.int32), TypeError, r"query has dtype int32; allowed: bfloat16, float16 .* float32"),
+    (dict(dtype=jnp.complex64), TypeError, r"dtype complex64"),
+    (dict(k_dtype=jnp.bfloat16), TypeError, r"same dtype, got float32, bfloat16, float32"),
+])
+def test_bad_arrays(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        jax_dash.attention(*arrays(**kwargs))
+
+
+@pytest.mark.parametrize("kwargs, error, pattern", [
+    (dict(schedule="fastest"), ValueError, r"schedule='fastest' is not one of auto, ascending"),
+    (dict(schedule=None), ValueError, r"schedule=None"),
+    (dict(is_causal="yes"), TypeError, r"is_causal must be a Python bool, got 'yes'"),
+    (dict(is_causal=jnp.array(True)), TypeError, r"is_causal must be a Python bool"),
+    (dict(scale="0.5"), TypeError, r"scale must be a Python number .* got '0.5'"),
+    (dict(scale=jnp.float32(0.5) * jnp.ones(())), TypeError, r"scale must be a Python number"),
+    (dict(scale=float("nan")), ValueError, r"scale must be finite, got nan"),
+    (dict(scale=True), TypeError, r"scale must be a Python number"),
+])
+def test_bad_options(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        jax_dash.attention(*arrays(), **kwargs)
+
+
+def test_numpy_and_python_scalars_are_accepted():
+    q, k, v = arrays()
+    a = jax_dash.attention(np.asarray(q), np.asarray(k), np.asarray(v), scale=np.float32(0.5),
+                           is_causal=np.bool_(True))
+    b = jax_dash.attention(q, k, v, scale=0.5, is_causal=True)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_not_an_array():
+    with pytest.raises(TypeError, match=re.escape("query must be an array, got object")):
+        jax_dash.attention(object(), *arrays()[1:])

@@ -1,0 +1,157 @@
+"""jit, grad, vmap (nested, any axis), pmap, shard_map and GSPMD on 8 virtual CPU devices.
+
+Sharded and transformed results must be bitwise equal to the plain call.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import jax_dash
+from helpers import random_inputs
+
+try:
+    from jax import shard_map as _shard_map
+
+    def shard_map(f, mesh, in_specs, out_specs):
+        return _shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+except ImportError:  # jax < 0.7 spells it jax.experimental.shard_map
+    from jax.experimental.shard_map import shard_map as _shard_map
+
+    def shard_map(f, mesh, in_specs, out_specs):
+        return _shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def loss(q, k, v):
+    return jnp.sum(jax_dash.attention(q, k, v, is_causal=True).astype(jnp.float32) ** 2)
+
+
+grad_all = jax.grad(loss, argnums=(0, 1, 2))
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    q, k, v, _ = random_inputs(0, 8, 64, 64, 8, 4, 32, jnp.float32)
+    return q, k, v
+
+
+@pytest.fixture(scope="module")
+def expected(inputs):
+    q, k, v = inputs
+    return (np.asarray(jax_dash.attention(q, k, v, is_causal=True)),
+            [np.asarray(g) for g in grad_all(q, k, v)])
+
+
+def assert_all_equal(actual, expected):
+    for a, b in zip(actual, expected):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_jit_matches_eager(inputs, expected):
+    q, k, v = inputs
+    out = jax.jit(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))(q, k, v)
+    np.testing.assert_array_equal(out, expected[0])
+    assert_all_equal(jax.jit(grad_all)(q, k, v), expected[1])
+
+
+def test_second_call_with_other_options_is_not_confused(inputs):
+    q, k, v = inputs
+    causal = jax_dash.attention(q, k, v, is_causal=True)
+    full = jax_dash.attention(q, k, v, is_causal=False)
+    half = jax_dash.attention(q, k, v, is_causal=True, scale=0.5)
+    assert not np.array_equal(causal, full)
+    assert not np.array_equal(causal, half)
+
+
+def test_vmap_over_batch(inputs, expected):
+    q, k, v = inputs
+    out = jax.vmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))(q, k, v)
+    np.testing.assert_array_equal(out, expected[0])
+    grads = jax.vmap(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    assert_all_equal(grads, expected[1])
+
+
+def test_nested_vmap(inputs, expected):
+    q, k, v = inputs
+    split = lambda x: x.reshape((2, 4) + x.shape[1:])  # noqa: E731
+    fn = jax.vmap(jax.vmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True)))
+    out = fn(split(q), split(k), split(v))
+    np.testing.assert_array_equal(out.reshape(expected[0].shape), expected[0])
+    grads = jax.vmap(jax.vmap(jax.grad(loss, argnums=(0, 1, 2))))(split(q), split(k), split(v))
+    assert_all_equal([g.reshape(e.shape) for g, e in zip(grads, expected[1])], expected[1])
+
+
+def test_vmap_over_a_non_leading_axis(inputs, expected):
+    q, k, v = inputs
+    # Put the batch axis in the middle: [S, B, H, D], mapped over axis 1.
+    moved = [jnp.moveaxis(x, 0, 1) for x in (q, k, v)]
+    out = jax.vmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                   in_axes=1, out_axes=1)(*moved)
+    np.testing.assert_array_equal(jnp.moveaxis(out, 1, 0), expected[0])
+
+
+def test_vmap_with_unmapped_key_value(inputs):
+    q, k, v = inputs
+    out = jax.vmap(lambda q: jax_dash.attention(q, k[0], v[0]))(q[0:3, :, :, :])
+    for i in range(3):
+        np.testing.assert_array_equal(out[i], jax_dash.attention(q[i], k[0], v[0]))
+
+
+def test_pmap(inputs, expected):
+    q, k, v = inputs
+    out = jax.pmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))(
+        q[:, None], k[:, None], v[:, None])
+    np.testing.assert_array_equal(out[:, 0], expected[0])
+    grads = jax.pmap(grad_all)(q[:, None], k[:, None], v[:, None])
+    assert_all_equal([g[:, 0] for g in grads], expected[1])
+
+
+def _mesh():
+    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+
+
+def test_shard_map_over_batch_and_heads(inputs, expected):
+    q, k, v = inputs
+    spec = P("data", None, "model", None)
+    fn = jax.jit(shard_map(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                           _mesh(), (spec, spec, spec), spec))
+    np.testing.assert_array_equal(fn(q, k, v), expected[0])
+    grad_fn = jax.jit(shard_map(grad_all, _mesh(), (spec, spec, spec), (spec, spec, spec)))
+    assert_all_equal(grad_fn(q, k, v), expected[1])
+
+
+@pytest.mark.parametrize("spec, communicates", [
+    (P("data"), False),
+    (P("data", None, "model"), False),
+    (P(("data", "model")), False),
+    (P(None, "data"), True),  # sequence-sharded inputs are gathered
+])
+def test_gspmd_sharding(inputs, expected, spec, communicates):
+    assert len(jax.devices()) >= 8, "conftest.py sets 8 virtual CPU devices"
+    q, k, v = inputs
+    sharding = NamedSharding(_mesh(), spec)
+    args = [jax.device_put(x, sharding) for x in (q, k, v)]
+    fwd = jax.jit(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))
+    grad_fn = jax.jit(grad_all)
+    np.testing.assert_array_equal(np.asarray(fwd(*args)), expected[0])
+    grads = grad_fn(*args)
+    assert_all_equal(grads, expected[1])
+    hlo = grad_fn.lower(*args).compile().as_text()
+    has_collective = any(c in hlo for c in ("all-gather", "all-to-all", "collective-permute"))
+    assert has_collective == communicates, f"unexpected communication pattern for {spec}"
+    if not communicates:  # the op keeps the batch/head sharding of its inputs
+        for g in grads:
+            assert g.sharding.is_equivalent_to(sharding, g.ndim), (g.sharding, sharding)
+
+
+def test_mqa_heads_cannot_split_and_are_gathered():
+    # num_kv_heads = 1 cannot be divided across 2 devices: heads are replicated, still exact.
+    q, k, v, _ = random_inputs(1, 4, 32, 32, 4, 1, 16, jnp.float32)
+    expected = [np.asarray(g) for g in grad_all(q, k, v)]
+    sharding = NamedSharding(_mesh(), P("data", None, "model"))
+    grads = jax.jit(grad_all)(*[jax.device_put(x, sharding) if x.shape[2] % 2 == 0
+                                else jax.device_put(x, NamedSharding(_mesh(), P("data")))
+                                for x in (q, k, v)])
+    assert_all_equal(grads, expected)

@@ -183,3 +183,15 @@ def test_head_dim_default_and_scale():
     block = jde.SelfAttention(FEATURES, HEADS, key=jax.random.key(0))
     assert block.head_dim == FEATURES // HEADS
     assert math.isclose(block.query_proj.weight.shape[0], HEADS * block.head_dim)
+
+
+def test_equinox_doc_examples_run():
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "flax_equinox.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    examples = [b for b in blocks if "import equinox" in b]
+    assert len(examples) >= 2
+    for code in examples:
+        exec(compile(code, "docs/flax_equinox.md", "exec"), {})

@@ -278,3 +278,19 @@ def test_factory_arguments_are_validated():
         jdf.make_attention_fn(schedule="fast")
     with pytest.raises(ValueError, match="scale=-1"):
         jdf.make_attention_fn(scale=-1.0)
+
+
+def _doc_examples(marker):
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "flax_equinox.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    return [b for b in blocks if marker in b]
+
+
+def test_flax_doc_examples_run():
+    examples = _doc_examples("jax_dash.flax")
+    assert len(examples) >= 3
+    for code in examples:
+        exec(compile(code, "docs/flax_equinox.md", "exec"), {})

@@ -23,6 +23,8 @@ import _peers
 import _timing
 
 RECORD_PREFIX = "@@jax_dash_bench@@ "
+# Sent by a worker that quits on purpose (its device is unusable) after answering an item.
+RESTART_LINE = "@@jax_dash_bench_restart@@\n"
 MAX_ERROR_CHARS = 2000
 CPU_PEAK_MATMUL_SIZE = 512  # an 8192^3 bf16 matmul takes minutes on a CPU
 
@@ -54,6 +56,7 @@ def env_info() -> dict:
         "numpy": np.__version__,
         "python": py_platform.python_version(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "worker_pid": os.getpid(),
         "cudnn": None,
         "driver": None,
         "jax_dash": None,
@@ -150,8 +153,12 @@ def run_item(item: dict) -> dict:
         return bench_numerics.run_numerics_item(item)
     if kind == "selftest_exit":  # lets the tests check that a dying worker costs one item only
         os._exit(item.get("code", 3))
+    if kind == "selftest_fault":  # lets the tests check the restart after a device fault
+        global _simulated_device_fault
+        _simulated_device_fault = True
+        raise RuntimeError("simulated device fault")
     raise ValueError(f"item kind={kind!r} is not one of env, peak, time, memory, numerics, "
-                     f"selftest_exit")
+                     f"selftest_exit, selftest_fault")
 
 
 def describe(item: dict) -> str:
@@ -204,7 +211,28 @@ def worker_main(spec_path: str) -> int:
               file=sys.stderr, flush=True)
         sys.stdout.write(RECORD_PREFIX + json.dumps(record) + "\n")
         sys.stdout.flush()
+        if record["error"] and index + 1 < len(items) and not _device_still_works():
+            # A kernel fault poisons the CUDA context: every later item here would fail too.
+            print("note: the device stopped working after this error; restarting the worker",
+                  file=sys.stderr, flush=True)
+            sys.stdout.write(RESTART_LINE)
+            sys.stdout.flush()
+            return 0
     return 0
+
+
+_simulated_device_fault = False
+
+
+def _device_still_works() -> bool:
+    if _simulated_device_fault:
+        return False
+    try:
+        import jax
+        import jax.numpy as jnp
+        return float(jax.block_until_ready(jnp.arange(8.0).sum())) == 28.0
+    except Exception:
+        return False
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -247,6 +275,8 @@ def run_items(items, *, script: str, env: dict, item_timeout_s: float, on_record
             if line is None:
                 code = proc.wait()
                 failure = f"worker exited with code {code} before answering"
+                break
+            if line == RESTART_LINE:
                 break
             if line.startswith(RECORD_PREFIX):
                 on_record(json.loads(line[len(RECORD_PREFIX):]))

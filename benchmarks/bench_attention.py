@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--numerics-seqs", default=",".join(map(str, bench_numerics.NUMERICS_SEQS)))
     p.add_argument("--numerics-heads", type=int, default=bench_numerics.NUMERICS_HEADS)
     p.add_argument("--peak-size", type=int, default=8192, help="matmul size for the peak (default 8192)")
-    p.add_argument("--item-timeout", type=float, default=180.0,
+    p.add_argument("--item-timeout", type=float, default=90.0,
                    help="seconds one measurement may take before its worker is killed")
     p.add_argument("--out", default=None, help="output dir (default benchmarks/results/<date>-<gpu>)")
     p.add_argument("--fresh", action="store_true", help="do not merge into an existing results.json")

@@ -164,3 +164,17 @@ def test_cli_smoke_on_cpu(tmp_path):
         assert (out / "numerics.png").stat().st_size > 0
     except ImportError:
         assert "matplotlib is not importable" in proc.stderr
+
+
+def test_worker_restarts_after_device_fault():
+    records = []
+    items = [{"kind": "env", "group": "a"}, {"kind": "selftest_fault"}, {"kind": "env", "group": "b"},
+             {"kind": "no_such_kind"}, {"kind": "env", "group": "c"}]
+    _worker.run_items(items, script=str(BENCH_DIR / "bench_attention.py"), env=None,
+                      item_timeout_s=120, on_record=records.append)
+    assert [r["item"]["kind"] for r in records] == [r["kind"] for r in items]
+    assert "simulated device fault" in records[1]["error"]
+    assert "no_such_kind" in records[3]["error"]
+    pids = [records[i]["result"]["worker_pid"] for i in (0, 2, 4)]
+    # A fault that breaks the device restarts the worker; an ordinary error does not.
+    assert pids[0] != pids[1] and pids[1] == pids[2]

@@ -117,6 +117,9 @@ def test_report_ratios_and_tax():
     md = _report.render_markdown(data)
     assert "| auto / cuDNN det | 2.00x |" in md
     assert "+25.0%" in md and "cuDNN, dash atomic" in md
+    assert "| 1. auto bwd >= 1.0x cuDNN (seq >= 2k) | met (1/1 points) | 1.33x" in md
+    assert "| 3. tax vs atomic <= 5% (seq >= 2k) | NOT met (0/1 points) | +25.0%" in md
+    assert "| 4. forward >= 0.95x cuDNN | met (1/1 points) | 1.00x" in md
 
 
 def test_dying_worker_costs_one_item(tmp_path):

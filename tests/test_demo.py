@@ -64,20 +64,15 @@ def test_batches_fixed_by_seed():
     assert not np.array_equal(first, other)
 
 
-def test_main_reports_identical_runs():
-    out = io.StringIO()
-    assert demo.main(TINY_ARGS + ["--quiet"], out=out) == 0
+def test_main_reports_identical_runs_and_keeps_progress_off_stdout():
+    out, progress = io.StringIO(), io.StringIO()
+    assert demo.main(TINY_ARGS, out=out, progress=progress) == 0
     text = out.getvalue()
     assert "IDENTICAL" in text and "DIFFERENT" not in text
     digests = [line.split("sha256 ")[1] for line in text.splitlines() if "sha256" in line]
     assert len(digests) == 2 and digests[0] == digests[1]
-
-
-def test_main_progress_goes_to_the_progress_stream():
-    out, progress = io.StringIO(), io.StringIO()
-    assert demo.main(TINY_ARGS, out=out, progress=progress) == 0
     assert "step 3/3" in progress.getvalue()
-    assert "step 3/3" not in out.getvalue()
+    assert "step 3/3" not in text
 
 
 def test_module_command_runs_as_documented():

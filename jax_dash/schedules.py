@@ -199,86 +199,75 @@ def build_dag(schedule: str, problem: Problem, *, num_items: int | None = None) 
     first = head_tables(schedule, p, 0)
     per_head = int(first["items_per_head"])
     total = p.head_count * per_head
-    num_items = total if num_items is None else min(int(num_items), total)
-    num_heads_used = -(-num_items // per_head) if num_items else 0
+    num_items = total if num_items is None else max(0, min(int(num_items), total))
+    heads_used = -(-num_items // per_head) if per_head else 0
     gqa = p.num_heads != p.num_kv_heads
     group = p.num_heads // p.num_kv_heads
     nq, nkv = int(first["num_q_tiles"]), int(first["num_kv_tiles"])
+    tables = [head_tables(schedule, p, h) for h in range(heads_used)]
 
-    # Steps of one item of one head: its columns' visits, each followed by a dK/dV add under GQA.
-    def item_rows(t, item):
-        ms, ns, kinds = [], [], []
-        for n in t["item_kv_tiles"][item]:
-            if n < 0:
-                continue
-            count = t["visit_count"][n]
-            ms.append(t["visit"][n, :count])
-            ns.append(np.full(count, n, np.int32))
-            kinds.append(np.full(count, _DQ, np.int8))
-            if gqa:
-                ms.append(np.array([-1], np.int32))
-                ns.append(np.array([n], np.int32))
-                kinds.append(np.array([_DKV], np.int8))
-        return np.concatenate(ms), np.concatenate(ns), np.concatenate(kinds)
+    # Steps of an item: column 0's visits (+ its dK/dV add under GQA), then column 1's.
+    item_kv = first["item_kv_tiles"]                                   # [items, 2]
+    has_col = item_kv >= 0
+    col = np.where(has_col, item_kv, 0)
+    col_steps = np.where(has_col, first["visit_count"][col] + int(gqa), 0)  # [items, 2]
+    max_steps = max(int(col_steps.sum(axis=1).max(initial=0)), 1)
+    step = np.arange(max_steps)[None, :]
+    in_second = step >= col_steps[:, :1]
+    local = np.where(in_second, step - col_steps[:, :1], step)         # [items, steps]
+    column = np.where(in_second, col[:, 1:2], col[:, :1])
+    real_step = local < np.where(in_second, col_steps[:, 1:2], col_steps[:, :1])
+    count = first["visit_count"][column]
+    is_dkv = real_step & (local == count)                              # only under GQA
+    is_dq = real_step & ~is_dkv
+    kv_one = np.where(real_step, column, -1).astype(np.int32)
 
-    per_item = []
-    for head in range(num_heads_used):
-        t = head_tables(schedule, p, head)
-        for item in range(per_head):
-            if head * per_head + item < num_items:
-                per_item.append((head, t, item_rows(t, item)))
-    max_steps = max((len(rows[0]) for _, _, rows in per_item), default=1) or 1
     shape = (num_items, max_steps)
+    heads = np.repeat(np.arange(heads_used, dtype=np.int64), per_head)[:num_items]
+    local_items = np.tile(np.arange(per_head), heads_used)[:num_items]
+    kv_tile = kv_one[local_items]
+    kind = np.where(is_dkv, _DKV, _DQ).astype(np.int8)[local_items]
+    dq = is_dq[local_items]
     q_tile = np.full(shape, -1, np.int32)
-    kv_tile = np.full(shape, -1, np.int32)
-    kind = np.full(shape, _DQ, np.int8)
     ticket = np.full(shape, -1, np.int32)
-    length = np.zeros(num_items, np.int32)
-    heads = np.zeros(num_items, np.int64)
-    dkv = dkv_tickets(schedule, p) if gqa else None
-    for g, (head, t, (ms, ns, kinds)) in enumerate(per_item):
-        steps = len(ms)
-        length[g] = steps
-        heads[g] = head
-        q_tile[g, :steps], kv_tile[g, :steps], kind[g, :steps] = ms, ns, kinds
-        is_dq = kinds == _DQ
-        ticket[g, :steps][is_dq] = t["ticket"][ms[is_dq], ns[is_dq]]
-        if gqa:
-            ticket[g, :steps][~is_dq] = dkv[(head % p.num_heads) % group, ns[~is_dq]]
+    safe_local = np.minimum(local, nq - 1 if nq else 0)
+    for h, t in enumerate(tables):
+        rows = slice(h * per_head, min((h + 1) * per_head, num_items))
+        count_rows = rows.stop - rows.start
+        m = np.where(is_dq, t["visit"][column, safe_local], -1)[:count_rows]
+        q_tile[rows] = m
+        ticket[rows] = np.where(dq[rows], t["ticket"][np.maximum(m, 0), column[:count_rows]], -1)
+    if gqa:
+        dkv = dkv_tickets(schedule, p)
+        in_group = ((heads % p.num_heads) % group)[:, None]
+        ticket = np.where(kind == _DKV, dkv[in_group, np.maximum(kv_tile, 0)], ticket)
+    length = (kv_tile >= 0).sum(axis=1).astype(np.int32)
 
-    # Ticket edges: the node holding (counter, ticket - 1). Counters are keyed per head and tile
-    # (dQ) or per (batch, kv head, column) (dK/dV).
+    # Ticket edges: the node holding (counter, ticket - 1). Counters: per head and Q tile (dQ),
+    # per (batch, kv head, KV tile) (dK/dV).
     node = np.arange(num_items * max_steps, dtype=np.int64).reshape(shape)
     pred = np.full(shape, -1, np.int64)
-    real = kv_tile >= 0
     eff = first["effective_schedule"]
-    dq_mask = real & (kind == _DQ)
-    if eff != "atomic" and dq_mask.any():
+    if eff != "atomic" and dq.any():
         counter = heads[:, None] * nq + q_tile
-        _link_tickets(pred, node, dq_mask, counter, ticket, max(nkv, 1))
-    dkv_mask = real & (kind == _DKV)
+        _link_tickets(pred, node, dq, counter, ticket, heads_used * nq, max(nkv, 1))
+    dkv_mask = kind == _DKV
     if dkv_mask.any():
         kv_head = (heads // p.num_heads) * p.num_kv_heads + (heads % p.num_heads) // group
         counter = kv_head[:, None] * nkv + kv_tile
-        _link_tickets(pred, node, dkv_mask, counter, ticket, group)
+        _link_tickets(pred, node, dkv_mask, counter, ticket, p.batch * p.num_kv_heads * nkv,
+                      group)
     return ScheduleDag(schedule=schedule, effective_schedule=eff, problem=p,
                        num_items=num_items, items_per_head=per_head, length=length, kind=kind,
                        q_tile=q_tile, kv_tile=kv_tile, ticket=ticket, pred=pred)
 
 
-def _link_tickets(pred, node, mask, counter, ticket, tickets_per_counter):
+def _link_tickets(pred, node, mask, counter, ticket, num_counters, tickets_per_counter):
     """pred[x] = the node with the same counter and ticket[x] - 1 (among ``mask``)."""
-    counters = counter[mask].astype(np.int64)
-    tickets = ticket[mask].astype(np.int64)
-    nodes = node[mask]
-    key = counters * tickets_per_counter + tickets
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    want = key - 1
-    pos = np.minimum(np.searchsorted(sorted_key, want), len(sorted_key) - 1)
-    found = (tickets > 0) & (sorted_key[pos] == want)
-    result = np.where(found, nodes[order][pos], -1)
-    pred[mask] = result
+    key = counter[mask].astype(np.int64) * tickets_per_counter + ticket[mask]
+    owner = np.full(num_counters * tickets_per_counter, -1, np.int64)
+    owner[key] = node[mask]
+    pred[mask] = np.where(ticket[mask] > 0, owner[np.maximum(key - 1, 0)], -1)
 
 
 # ---- simulation ---------------------------------------------------------------------------------
@@ -326,23 +315,23 @@ def simulate(dag: ScheduleDag, *, workers: int | None = None,
     reduce = np.where(real, np.where(dag.kind == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
     total = np.cumsum(compute + reduce, axis=1)  # S[s]: work up to and including step s
     has_pred = dag.pred >= 0
-    pred_index = np.where(has_pred, dag.pred, 0)
     offset = reduce - total  # pred + reduce - S[s]
-    finish = np.full((num_items, max_steps), np.nan)
-    flat = finish.reshape(-1)
+    # Node finish times, plus one trailing -inf that "no ticket predecessor" points at.
+    flat = np.full(num_items * max_steps + 1, np.nan)
+    flat[-1] = -np.inf
+    finish = flat[:-1].reshape(num_items, max_steps)
+    pred_index = np.where(has_pred, dag.pred, len(flat) - 1)
     start = np.full(num_items, np.nan)
 
     def evaluate(g):
-        if g >= workers:
-            begin = finish[g - workers, -1]
-            if math.isnan(begin):
-                return False
-        else:
-            begin = 0.0
-        waits = np.where(has_pred[g], flat[pred_index[g]], -np.inf) + offset[g]
-        finish[g] = total[g] + np.maximum(begin, np.maximum.accumulate(waits))
+        begin = finish[g - workers, -1] if g >= workers else 0.0
+        if math.isnan(begin):
+            return
+        row = np.maximum.accumulate(flat[pred_index[g]] + offset[g])
+        np.maximum(row, begin, out=row)
+        row += total[g]
+        finish[g] = row
         start[g] = begin
-        return not math.isnan(finish[g, -1])
 
     block = max(p.wave, 1)
     deadlocked = False

@@ -385,6 +385,7 @@ def _plot_throughput(plt, res, points, phase, out_dir):
     fig, axes = plt.subplots(len(head_dims), len(masks), figsize=(6 * len(masks), 4 * len(head_dims)),
                              squeeze=False)
     labels = ordered_labels({x for _, x in res.timing})
+    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # same colour in every panel
     for row, head_dim in zip(axes, head_dims):
         for ax, mask in zip(row, masks):
             panel_points = [p for p in points if (p.head_dim, p.mask) == (head_dim, mask)]
@@ -399,8 +400,10 @@ def _plot_throughput(plt, res, points, phase, out_dir):
                         xs.append(p.seq)
                         ys.append(value)
                 if xs:
-                    name = display_name(label) if phase == "bwd" else display_name(label).split(" ")[0]
-                    ax.plot(xs, ys, "-o" if label.startswith("jax_dash") else "--s", label=name)
+                    name = ("jax_dash" if phase == "fwd" and label.startswith("jax_dash:")
+                            else display_name(label))
+                    ax.plot(xs, ys, "-o" if label.startswith("jax_dash") else "--s", label=name,
+                            color=colors[label])
             _seq_axis(ax, sorted({p.seq for p in panel_points}))
             ax.set_ylim(bottom=0)
             ax.set_title(f"head_dim {head_dim}, {mask} mask, bf16")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 
@@ -15,6 +16,16 @@ from jax_dash import demo
 TINY = dict(steps=4, seq=32, layers=1, heads=2, head_dim=16, batch=2, dtype="float32")
 TINY_ARGS = ["--steps", "3", "--seq", "32", "--layers", "1", "--heads", "2", "--head-dim", "16",
              "--batch", "2", "--dtype", "float32"]
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu(request):
+    # These are CPU tests (float32 models); pin them to the CPU also where a GPU is the default.
+    if request.node.get_closest_marker("gpu"):
+        yield
+        return
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
 
 
 def test_corpus_ships_with_package():
@@ -76,8 +87,9 @@ def test_main_reports_identical_runs_and_keeps_progress_off_stdout():
 
 
 def test_module_command_runs_as_documented():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-m", "jax_dash.demo", *TINY_ARGS],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "final parameters: IDENTICAL" in proc.stdout
     assert "run 2/2" in proc.stderr
@@ -133,3 +145,23 @@ def test_defaults_per_backend():
     assert gpu.dtype in ("bfloat16", "float16") and gpu.head_dim in (64, 128)
     assert gpu.seq >= 1024
     assert demo.default_config("cpu", steps=7).steps == 7
+
+
+def _hopper_device():
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return None
+    return next((d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"), None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_hopper_device() is None, reason="needs a CUDA GPU of compute capability 9.0")
+def test_demo_on_hopper_is_bitwise_reproducible():
+    cfg = demo.DemoConfig(steps=5, seq=512, layers=2, heads=4, head_dim=64, batch=4,
+                          dtype="bfloat16")
+    with jax.default_device(_hopper_device()):
+        result = demo.run_demo(cfg)
+    assert result.identical, [run.digest for run in result.runs]
+    assert result.runs[0].losses == result.runs[1].losses
+    assert all(np.isfinite(result.runs[0].losses))

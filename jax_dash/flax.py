@@ -24,6 +24,7 @@ it cannot honour raises an error instead of being dropped:
     reduction over the mask plus a host callback) and trusts the declaration.
 
   The fastest and simplest choice is to pass no mask at all and declare ``is_causal=True``.
+  Autoregressive decoding (``decode=True``) is not supported: its cache mask is neither pattern.
 * ``precision`` and ``force_fp32_for_softmax`` are accepted and have no effect: jax_dash always
   accumulates in float32 and computes the softmax in float32.
 

@@ -45,7 +45,10 @@ fi
 step import "$PY" -c "import jax_dash, jax_dash._ffi as f; print('built_with_cuda', f.built_with_cuda)"
 step sass sass_check
 if [[ $# -eq 0 ]]; then set -- tests/test_gpu.py; fi
-step pytest "$PY" -m pytest --maxfail=10 -q -rs --durations=15 "$@"
+# A hung kernel must not eat the whole device call: per-test timeout where pytest-timeout exists.
+timeout_args=()
+if "$PY" -c "import pytest_timeout" 2>/dev/null; then timeout_args=(--timeout "${PYTEST_TIMEOUT:-240}"); fi
+step pytest "$PY" -m pytest --maxfail=10 -q -rs --durations=15 "${timeout_args[@]}" "$@"
 tail -n 25 "$OUT/pytest.log"
 if [[ "${TIMING:-0}" == 1 ]]; then
   step timing "$PY" scripts/fwd_timing.py --out "$OUT/fwd_timing.md"

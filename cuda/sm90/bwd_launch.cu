@@ -58,20 +58,30 @@ bool dispatch(const AttentionParams& p, F&& f) {
   return false;
 }
 
+// Resident CTAs of the main kernel for this problem (its smem grows with Nq); 0 if one CTA does not
+// fit (seq_q beyond about 450k tokens at head_dim 128).
 template <class Traits>
-cudaError_t resident_ctas(int* out) {
+cudaError_t resident_ctas(const AttentionParams& p, int* out) {
+  *out = 0;
   auto kernel = bwd::bwd_main_kernel<Traits>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Traits::kSmemBytes);
-  if (err != cudaSuccess) return err;
   int device = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  int max_smem = 0;
+  if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    device)) != cudaSuccess)
+    return err;
+  const int64_t smem = Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM));
+  if (smem > max_smem) return cudaSuccess;
+  if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem))) != cudaSuccess)
+    return err;
   int sms = 0;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
   int per_sm = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads,
-                                                      Traits::kSmemBytes);
+                                                      static_cast<size_t>(smem));
   if (err != cudaSuccess) return err;
   *out = per_sm * sms;
   return cudaSuccess;
@@ -113,15 +123,15 @@ cudaError_t run_bwd_impl(const AttentionParams& p, cudaStream_t stream) {
 
   if (items > 0) {
     int resident = 0;
-    if ((err = resident_ctas<Traits>(&resident)) != cudaSuccess) return err;
-    if (resident < 1) return cudaErrorInvalidConfiguration;
+    if ((err = resident_ctas<Traits>(p, &resident)) != cudaSuccess) return err;
+    if (resident < 1) return cudaErrorInvalidConfiguration;  // seq_q too long for the smem tables
     // Never more CTAs than can be resident together (a ticket wait must never wait on a CTA that
     // is not running) and never more than there are items.
     const int64_t grid = std::min<int64_t>({static_cast<int64_t>(std::max(p.wave, 1)),
                                             static_cast<int64_t>(resident), items});
     bwd::bwd_main_kernel<Traits>
-        <<<static_cast<unsigned>(grid), Traits::kThreads, Traits::kSmemBytes, stream>>>(p, sp,
-                                                                                         items);
+        <<<static_cast<unsigned>(grid), Traits::kThreads,
+           static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles)), stream>>>(p, sp, items);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 
@@ -143,7 +153,7 @@ int bwd_wave(const AttentionParams& p) {
   int resident = 0;
   cudaError_t err = cudaSuccess;
   const bool ok = dispatch(p, [&](auto traits) {
-    err = resident_ctas<decltype(traits)>(&resident);
+    err = resident_ctas<decltype(traits)>(p, &resident);
   });
   if (!ok || err != cudaSuccess || resident < 1) return 1;
   const int64_t items = total_items(make_schedule_problem(p, resident));

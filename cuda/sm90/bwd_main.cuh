@@ -101,9 +101,14 @@ struct BwdTraits {
     alignas(kSmemAlign) Element dst[kBlockN * kBlockM];
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dsum[kStages][kBlockM];
-    int64_t next_item;
+    int64_t item;  // current work item and KV tile within it (set by thread 0)
+    int32_t kv_in_item;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + kSmemAlign;
+  // Dynamic smem: SharedStorage plus the visit-order and ticket tables of one KV tile.
+  static int64_t smem_bytes(int64_t num_q_tiles) {
+    return kSmemBytes + 2 * num_q_tiles * int64_t(sizeof(int32_t));
+  }
 };
 
 // One thread spins (acquire at GPU scope), then the CTA barrier hands the acquire on.
@@ -199,6 +204,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   int32_t* dkv_sem = p.workspace_i32 + ws.dkv_semaphore;
   int32_t* item_counter = p.workspace_i32 + ws.item_counter;
+  // Per-KV-tile tables (Nq entries each) placed after SharedStorage; see visit_table_bytes.
+  int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
+  int32_t* visit_ticket = visit_m + sp.num_q_tiles;
 
   const int64_t q_row_stride = static_cast<int64_t>(p.num_heads) * kHeadDim;
   const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
@@ -237,13 +245,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tPsPt = thr_sdp.partition_C(sPt);
   Tensor tPsdSt = thr_sdp.partition_C(sdSt);
 
+  if (tid == 0) {
+    smem.item = -1;
+    smem.kv_in_item = 0;
+  }
+  // One KV tile per iteration (a symmetric_shift item has two): a nested per-item loop keeps
+  // item-level values live next to dK/dV and spills.
   while (true) {
-    // Items are handed out in increasing global order, so every item a ticket waits on has already
-    // been taken by a running CTA: no deadlock even if fewer CTAs than p.wave are resident.
-    __syncthreads();  // smem from the previous item is no longer read
-    if (tid == 0) smem.next_item = atomicAdd(item_counter, 1);
+    __syncthreads();  // smem of the previous KV tile is no longer read
+    if (tid == 0) {
+      // Items are handed out in increasing global order, so every item a ticket waits on has
+      // already been taken by a running CTA: no deadlock even with fewer resident CTAs than p.wave.
+      const int64_t prev = smem.item;
+      const int next_j = smem.kv_in_item + 1;
+      const bool same_item =
+          prev >= 0 && next_j < item_num_kv_tiles(sp, static_cast<int>(prev % items_per_head(sp)));
+      smem.item = same_item ? prev : static_cast<int64_t>(atomicAdd(item_counter, 1));
+      smem.kv_in_item = same_item ? next_j : 0;
+    }
     __syncthreads();
-    const int64_t g = smem.next_item;
+    const int64_t g = smem.item;
+    const int j = smem.kv_in_item;
     if (g >= total_items) break;
     const int per_head = items_per_head(sp);
     const int head_linear = static_cast<int>(g / per_head);
@@ -280,27 +302,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     };
 
-    const int num_kv_tiles_in_item = item_num_kv_tiles(sp, item);
-    for (int j = 0; j < num_kv_tiles_in_item; ++j) {
+    {
       const int n = item_kv_tile(sp, item, j);
       const int64_t kv0 = static_cast<int64_t>(n) * kBlockN;
-      if (j > 0) __syncthreads();  // K/V and P/dS smem of the previous tile are no longer read
       load_rows<Traits, kBlockN>(k_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sK,
                                  tid);
       load_rows<Traits, kBlockN>(v_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sV,
                                  tid);
+      // Visit order and tickets of this KV tile go to smem while no accumulator is live: the
+      // schedule functions are too register-hungry to evaluate next to dK/dV in the step loop.
       const int num_steps = q_visit_count(sp, head_linear, n);
-      if (num_steps > 0) load_q_stage(0, q_visit_tile(sp, head_linear, n, 0));
+      for (int s = tid; s < num_steps; s += Traits::kThreads) {
+        const int visit = q_visit_tile(sp, head_linear, n, s);
+        visit_m[s] = visit;
+        visit_ticket[s] = deterministic ? dq_ticket(sp, head_linear, visit, n) : 0;
+      }
+      __syncthreads();
+      if (num_steps > 0) load_q_stage(0, visit_m[0]);
       cp_async_fence();
       clear(tdKrdK);
       clear(tdVrdV);
 
       for (int step = 0; step < num_steps; ++step) {
-        const int m = q_visit_tile(sp, head_linear, n, step);
+        const int m = visit_m[step];
         const int stage = step % Traits::kStages;
         if (step + 1 < num_steps) {
           // The other stage was last read by the previous step, which ended with a barrier.
-          load_q_stage(stage ^ 1, q_visit_tile(sp, head_linear, n, step + 1));
+          load_q_stage(stage ^ 1, visit_m[step + 1]);
           cp_async_fence();
           cp_async_wait<1>();
         } else {
@@ -362,7 +390,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
 
         int32_t* sem = dq_sem + static_cast<int64_t>(head_linear) * sp.num_q_tiles + m;
-        if (deterministic && tid == 0) spin_until_equal(sem, dq_ticket(sp, head_linear, m, n));
+        if (deterministic && tid == 0) spin_until_equal(sem, visit_ticket[step]);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tdQrdQ);
         warpgroup_fence_operand(tdKrdK);

@@ -4,8 +4,9 @@
 // rows each. K/V tiles stream through a 2-stage shared-memory ring filled by TMA (one elected
 // thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a wgmma with both
 // operands in shared memory; the online softmax runs on the accumulator registers; P is converted
-// to 16 bits in registers and O += P V is a wgmma with A from registers. KV tiles are visited last
-// to first so the tiles that need element-wise masks (causal diagonal, partial last tile) come
+// to 16 bits in registers and O += P V is a wgmma with A from registers. Each warpgroup pipelines
+// its loop: S of the next KV tile is issued together with P V of the current one, so the tensor
+// cores work while the softmax runs. KV tiles are visited last to first so the tiles that need element-wise masks (causal diagonal, partial last tile) come
 // first and the rest run mask-free.
 #include <cuda_runtime.h>
 
@@ -180,16 +181,25 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
   }
   __syncthreads();
 
-  auto load_kv = [&](int n_block, int stage) {
+  // Iteration j of the KV loop visits n_block = n_end - 1 - j; K_j and V_j live in stage j % 2.
+  // K and V are loaded separately because the pipelined loop below frees a K stage one iteration
+  // before the V stage of the same j.
+  auto load_k = [&](int j) {
+    const int stage = j % kStages;
     Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
-    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_block), tKsK(_, _, _, stage));
+    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_end - 1 - j), tKsK(_, _, _, stage));
+  };
+  auto load_v = [&](int j) {
+    const int stage = j % kStages;
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
-    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_block), tVsV(_, _, _, stage));
+    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_end - 1 - j), tVsV(_, _, _, stage));
   };
   if (is_leader && n_end > 0) {
     Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
     copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
-    load_kv(n_end - 1, 0);
+    load_k(0);
+    load_v(0);
+    if (n_end > 1) load_k(1);
   }
 
   typename Traits::TiledMmaQK mma_qk;
@@ -223,15 +233,13 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
   clear(tOrO);
   const AttentionMask mask{p.seq_kv, p.is_causal};
 
-  for (int iter = 0; iter < n_end; ++iter) {
-    const int n_block = n_end - 1 - iter;
-    const int stage = iter % kStages;
-    const uint32_t phase = (iter / kStages) & 1;
-    // The other stage was released by the barrier that ended the previous iteration.
-    if (is_leader && n_block > 0) load_kv(n_block - 1, (iter + 1) % kStages);
-    if (iter == 0) Barrier::wait(&smem.bar_q, 0);
-    Barrier::wait(&smem.bar_k[stage], phase);
-
+  // Software pipeline inside each warpgroup: iteration j issues S_j = Q K_j^T and then
+  // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while the P V wgmma is still on
+  // the tensor cores; only the output rescale waits for it. Iteration 0 (prologue) has no P V, and
+  // the last P V runs after the loop.
+  auto issue_qk = [&](int j) {
+    const int stage = j % kStages;
+    Barrier::wait(&smem.bar_k[stage], (j / kStages) & 1);
     mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
@@ -241,20 +249,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-
-    CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= p.scale_log2;
-    const int64_t col_begin = int64_t(n_block) * kBlockN;
-    if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
-      mask.apply(scores, score_coords, row_begin, col_begin);
-    }
-    softmax.update(scores, out_acc);
-    CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
-
-    Barrier::wait(&smem.bar_v[stage], phase);
+  };
+  auto issue_pv = [&](int j) {
+    const int stage = j % kStages;
+    Barrier::wait(&smem.bar_v[stage], (j / kStages) & 1);
     warpgroup_fence_operand(tOrP_storage);
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
@@ -263,10 +261,60 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
       gemm(mma_pv, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
     }
     warpgroup_commit_batch();
+  };
+  // Scale and mask S_j (already complete in registers), then the first half of the softmax.
+  float correction[kRows];
+  auto softmax_scores = [&](int j) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= p.scale_log2;
+    const int64_t col_begin = int64_t(n_end - 1 - j) * kBlockN;
+    if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
+      mask.apply(scores, score_coords, row_begin, col_begin);
+    }
+    softmax.update_scores(scores, correction);
+  };
+  auto scores_to_p = [&]() {
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
+  };
+
+  if (n_end > 0) {
+    Barrier::wait(&smem.bar_q, 0);
+    issue_qk(0);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    softmax_scores(0);
+    // O is still zero, so it needs no rescale.
+    scores_to_p();
+  }
+  // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
+  __syncthreads();
+
+  for (int iter = 1; iter < n_end; ++iter) {
+    // Free now (every thread passed the barrier that ended the previous iteration): the K stage
+    // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
+    // are first needed one iteration later.
+    if (is_leader) {
+      if (iter + 1 < n_end) load_k(iter + 1);
+      load_v(iter);
+    }
+    issue_qk(iter);
+    issue_pv(iter - 1);
+    warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
+    warpgroup_fence_operand(tSrS);
+    softmax_scores(iter);
+    warpgroup_wait<0>();  // the P V wgmma is done with O and with the P registers
+    warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP_storage);
+    softmax.rescale(out_acc, correction);
+    scores_to_p();
+    // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
+    __syncthreads();
+  }
+  if (n_end > 0) {
+    issue_pv(n_end - 1);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    // Both warpgroups are done reading this stage before the leader refills it.
-    __syncthreads();
   }
 
   float lse[kRows];

@@ -57,9 +57,11 @@ struct OnlineSoftmax {
   }
 
   // scores (rows x cols, fp32) hold scaled log2-unit scores; masked entries are -inf. Replaces them
-  // with exp2(score - new_max) and rescales the output accumulator rows.
-  template <class ScoreRC, class OutRC>
-  __device__ __forceinline__ void update(ScoreRC& scores, OutRC& acc_out) {
+  // with exp2(score - new_max) and returns in correction[r] the factor by which the output
+  // accumulator rows must be rescaled. Split from rescale() so that the forward can do this part
+  // while the previous tile's P V wgmma still owns the output accumulator.
+  template <class ScoreRC>
+  __device__ __forceinline__ void update_scores(ScoreRC& scores, float (&correction)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows, "row count mismatch");
     CUTE_UNROLL
@@ -71,7 +73,7 @@ struct OnlineSoftmax {
       // A row that has seen only masked keys keeps max -inf; subtracting 0 keeps exp2 at 0 and
       // avoids (-inf) - (-inf) = NaN.
       const float base = new_max == -INFINITY ? 0.f : new_max;
-      const float correction = exp2f(row_max[r] - base);
+      correction[r] = exp2f(row_max[r] - base);
       row_max[r] = new_max;
       float sum = 0.f;
       CUTE_UNROLL
@@ -80,10 +82,26 @@ struct OnlineSoftmax {
         scores(r, c) = p;
         sum += p;
       }
-      row_sum[r] = row_sum[r] * correction + sum;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(acc_out); ++c) acc_out(r, c) *= correction;
+      row_sum[r] = row_sum[r] * correction[r] + sum;
     }
+  }
+
+  template <class OutRC>
+  __device__ __forceinline__ void rescale(OutRC& acc_out, const float (&correction)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc_out); ++c) acc_out(r, c) *= correction[r];
+    }
+  }
+
+  // Both halves at once (same arithmetic as update_scores() then rescale()).
+  template <class ScoreRC, class OutRC>
+  __device__ __forceinline__ void update(ScoreRC& scores, OutRC& acc_out) {
+    float correction[kRows];
+    update_scores(scores, correction);
+    rescale(acc_out, correction);
   }
 
   // Normalizes the output rows; returns the natural-log LSE of row r in lse[r]. A row that saw no

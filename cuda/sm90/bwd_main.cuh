@@ -400,18 +400,29 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
         float* dq_tile = dq_accum + (static_cast<int64_t>(head_linear) * rows_q + q0) * kHeadDim;
         // Fragment elements 2i, 2i+1 are adjacent columns of one row (wgmma accumulator layout).
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdQrdQ); i += 2) {
-          const int r = get<0>(tdQc(i));
-          const int c = get<1>(tdQc(i));
-          float2* addr = reinterpret_cast<float2*>(dq_tile + r * kHeadDim + c);
-          if (deterministic) {
-            float2 acc = __ldcg(addr);
-            acc.x += tdQrdQ(i);
-            acc.y += tdQrdQ(i + 1);
-            __stcg(addr, acc);
-          } else {
-            atomicAdd(addr, make_float2(tdQrdQ(i), tdQrdQ(i + 1)));
+        constexpr int kPairs = decltype(size(tdQrdQ))::value / 2;
+        auto dq_addr = [&](int k) {
+          const int r = get<0>(tdQc(2 * k));
+          const int c = get<1>(tdQc(2 * k));
+          return reinterpret_cast<float2*>(dq_tile + r * kHeadDim + c);
+        };
+        if (deterministic) {
+          // All loads first, then the adds and stores: one L2 round trip per step instead of one
+          // per pair (a store between loads kept the compiler from batching them). Each element
+          // still gets exactly one add by the same thread, so the bits are unchanged.
+          float2 acc[kPairs];
+          CUTE_UNROLL
+          for (int k = 0; k < kPairs; ++k) acc[k] = __ldcg(dq_addr(k));
+          CUTE_UNROLL
+          for (int k = 0; k < kPairs; ++k) {
+            acc[k].x += tdQrdQ(2 * k);
+            acc[k].y += tdQrdQ(2 * k + 1);
+            __stcg(dq_addr(k), acc[k]);
+          }
+        } else {
+          CUTE_UNROLL
+          for (int k = 0; k < kPairs; ++k) {
+            atomicAdd(dq_addr(k), make_float2(tdQrdQ(2 * k), tdQrdQ(2 * k + 1)));
           }
         }
         if (deterministic) {

@@ -6,8 +6,8 @@
 // operands in shared memory; the online softmax runs on the accumulator registers; P is converted
 // to 16 bits in registers and O += P V is a wgmma with A from registers. Each warpgroup pipelines
 // its loop: S of the next KV tile is issued together with P V of the current one, so the tensor
-// cores work while the softmax runs. KV tiles are visited last to first so the tiles that need element-wise masks (causal diagonal, partial last tile) come
-// first and the rest run mask-free.
+// cores work while the softmax runs. KV tiles are visited last to first so the tiles that need
+// element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
 #include <cuda_runtime.h>
 
 #include <cute/arch/cluster_sm90.hpp>

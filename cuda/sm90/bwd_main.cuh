@@ -131,6 +131,19 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
+// Two 16-bit elements as one 32-bit word, the first at the lower address (little endian).
+template <class Element>
+__device__ __forceinline__ uint32_t pack_pair(Element lo, Element hi) {
+  return static_cast<uint32_t>(lo.raw()) | (static_cast<uint32_t>(hi.raw()) << 16);
+}
+
+// The swizzled smem pointer is built through integer arithmetic, which hides its address space from
+// the compiler: store with st.shared explicitly rather than a generic st.
+__device__ __forceinline__ void st_shared_u32(const void* smem, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(smem)), "r"(v)
+               : "memory");
+}
+
 // Issues a wgmma chain C (+)= A B over all K blocks; the caller waits with warpgroup_wait.
 template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
 __device__ __forceinline__ void gemm_ss(TiledMma& mma, TA const& tA, TB const& tB, TC& tC) {
@@ -183,9 +196,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using HeadDim = typename Traits::HeadDim;
 
   extern __shared__ char smem_raw[];
-  const uintptr_t smem_addr = reinterpret_cast<uintptr_t>(smem_raw);
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(
-      (smem_addr + Traits::kSmemAlign - 1) / Traits::kSmemAlign * Traits::kSmemAlign);
+  // Align by offsetting smem_raw itself (not via an integer round trip), so the compiler still
+  // knows every derived pointer is shared memory: LDS/STS with 32-bit addresses instead of generic
+  // LD/ST with 64-bit address math. The padding is computed on the shared-window address, the one
+  // the swizzle and the wgmma descriptors see.
+  const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
+  const uint32_t smem_pad =
+      (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw + smem_pad);
 
   const int tid = threadIdx.x;
   const bool deterministic = sp.schedule != Schedule::kAtomic;
@@ -375,10 +393,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int c = get<1>(tScS(i));
           tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[c]);
         }
+        // Elements 2i, 2i+1 are adjacent q columns of one kv row, and the 128-byte swizzle moves
+        // whole 16-byte chunks, so they stay adjacent (4-byte aligned) in smem: one 32-bit store
+        // per pair instead of two 16-bit ones.
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) {
-          tPsPt(i) = static_cast<Element>(tSrS(i));
-          tPsdSt(i) = static_cast<Element>(tSrdP(i));
+        for (int i = 0; i < size(tSrS); i += 2) {
+          st_shared_u32(&tPsPt(i), pack_pair(static_cast<Element>(tSrS(i)),
+                                              static_cast<Element>(tSrS(i + 1))));
+          st_shared_u32(&tPsdSt(i), pack_pair(static_cast<Element>(tSrdP(i)),
+                                               static_cast<Element>(tSrdP(i + 1))));
         }
         cutlass::arch::fence_view_async_shared();  // generic smem stores -> wgmma reads
         __syncthreads();

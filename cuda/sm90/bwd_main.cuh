@@ -344,15 +344,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int step = 0; step < num_steps; ++step) {
         const int m = visit_m[step];
         const int stage = step % Traits::kStages;
-        if (step + 1 < num_steps) {
-          // The other stage was last read by the previous step, which ended with a barrier.
-          load_q_stage(stage ^ 1, visit_m[step + 1]);
-          cp_async_fence();
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
-        }
+        cp_async_wait<0>();  // this step's stage: the only group in flight
         cutlass::arch::fence_view_async_shared();  // cp.async writes -> wgmma (async proxy) reads
+        // This stage is visible to all, and every thread has waited for all wgmmas of the previous
+        // step (warpgroup_wait<0> at its end), so the other stage and P^T/dS^T are free again.
         __syncthreads();
 
         Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
@@ -364,6 +359,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
         gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
         gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
+        if (step + 1 < num_steps) {
+          // Prefetch the next Q/dO tile into the other stage (free, see the barrier above); its
+          // address math runs while the S^T/dP^T wgmmas are in flight, and it lands during the step.
+          load_q_stage(stage ^ 1, visit_m[step + 1]);
+          cp_async_fence();
+        }
 
         const float* s_lse = smem.lse_log2[stage];
         const float* s_dsum = smem.dsum[stage];
@@ -408,18 +409,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
         Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
         Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+        // dQ first: its add into dq_accum (ticket wait, L2 round trips, fence) then runs while the
+        // dV and dK wgmmas are still in flight.
+        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
         gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
-        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
 
         int32_t* sem = dq_sem + static_cast<int64_t>(head_linear) * sp.num_q_tiles + m;
         if (deterministic && tid == 0) spin_until_equal(sem, visit_ticket[step]);
-        warpgroup_wait<0>();
+        warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
         warpgroup_fence_operand(tdQrdQ);
-        warpgroup_fence_operand(tdKrdK);
-        warpgroup_fence_operand(tdVrdV);
-        // Our turn on tile m (deterministic), and every wgmma of this step has read its smem.
-        __syncthreads();
+        if (deterministic) __syncthreads();  // our turn on tile m, for every thread
 
         float* dq_tile = dq_accum + (static_cast<int64_t>(head_linear) * rows_q + q0) * kHeadDim;
         // Fragment elements 2i, 2i+1 are adjacent columns of one row (wgmma accumulator layout).
@@ -453,6 +453,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           __syncthreads();  // every add of this CTA is complete before the release
           if (tid == 0) red_release_gpu_add(sem, 1);
         }
+        // dV/dK done before the next step's barrier, which then also means: no wgmma of this step
+        // still reads Q/dO of this stage or P^T/dS^T.
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tdKrdK);
+        warpgroup_fence_operand(tdVrdV);
       }
       cp_async_wait<0>();  // K/V loads of a tile that visits no Q tile
 

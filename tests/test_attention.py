@@ -131,3 +131,22 @@ def test_nan_and_inf_propagate_without_crash():
         np.testing.assert_array_equal(np.isfinite(o), np.isfinite(r), err_msg=name)
         finite = np.isfinite(r)
         np.testing.assert_allclose(o[finite], r[finite], atol=5e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("schedule", ("auto",) + DETERMINISTIC)
+def test_batch_invariance_across_waves(schedule):
+    """8 heads x 5 KV tiles x batch 6 = 240 items > the CPU's wave of 132: head 26 (sequence 3)
+    straddles a wave boundary. Batch-invariant schedules give every sequence the bits it has
+    alone; shift and symmetric_shift take tickets from the global wave and do not (documented)."""
+    q, k, v, dout = random_inputs(9, 6, 600, 600, 8, 8, 32, jnp.float32)
+    fn = lambda q, k, v: jax_dash.attention(q, k, v, schedule=schedule)  # noqa: E731
+    whole = attention_and_grads(fn, q, k, v, dout)
+    same = []
+    for b in range(6):
+        alone = attention_and_grads(fn, q[b:b + 1], k[b:b + 1], v[b:b + 1], dout[b:b + 1])
+        same.append(all(np.array_equal(np.asarray(a[b]), np.asarray(x[0]))
+                        for a, x in zip(whole, alone)))
+    if schedule in ("shift", "symmetric_shift"):
+        assert not all(same), "tickets were expected to depend on the global wave"
+    else:
+        assert all(same), f"sequences whose bits changed in the batch: {same}"

@@ -1,6 +1,6 @@
 // DASH backward schedules: the single source of truth for work items, Q-tile visit orders and the
 // tickets that fix the order of every dQ (and GQA dK/dV) reduction. Used by the CPU kernels, the
-// sm90 kernels and, through the extension, by jax_dash/schedules.py (DAG model and simulator).
+// sm90 kernels and, through the extension, by src/jax_dash/schedules.py (DAG model and simulator).
 //
 // Vocabulary (per (batch, head), "head" below; head_linear = b * num_heads + h):
 //   Nq  = ceil(seq_q / block_m) query tiles, Nkv = ceil(seq_kv / block_n) key/value tiles.
@@ -47,7 +47,7 @@
 // Deadlock freedom (any wave >= 1, assuming the G items of a wave are co-resident): every ticket
 // wait is on an item of an earlier wave, or on an item of the same wave at an earlier step (or the
 // same step and a smaller item), so the order (wave, step, item) is a topological order of the
-// item-order + ticket-order DAG. jax_dash/schedules.py checks this by simulation.
+// item-order + ticket-order DAG. src/jax_dash/schedules.py checks this by simulation.
 #pragma once
 
 #include <cstdint>

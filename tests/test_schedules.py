@@ -1,4 +1,4 @@
-"""cuda/schedule.h through the extension, and the DAG simulator of jax_dash/schedules.py."""
+"""cuda/schedule.h through the extension, and the DAG simulator of src/jax_dash/schedules.py."""
 
 import math
 import time

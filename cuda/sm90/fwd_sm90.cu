@@ -234,9 +234,9 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
   const AttentionMask mask{p.seq_kv, p.is_causal};
 
   // Software pipeline inside each warpgroup: iteration j issues S_j = Q K_j^T and then
-  // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while the P V wgmma is still on
-  // the tensor cores; only the output rescale waits for it. Iteration 0 (prologue) has no P V, and
-  // the last P V runs after the loop.
+  // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while both wgmmas are on the
+  // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
+  // no P V, and the last P V runs after the loop.
   auto issue_qk = [&](int j) {
     const int stage = j % kStages;
     Barrier::wait(&smem.bar_k[stage], (j / kStages) & 1);
@@ -284,34 +284,45 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     softmax_scores(0);
-    // O is still zero, so it needs no rescale.
     scores_to_p();
   }
   // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
   __syncthreads();
 
+  // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
+  // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
+  // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
+  // conversion and the wgmma issue separate the two P V wgmmas.
   for (int iter = 1; iter < n_end; ++iter) {
+    issue_qk(iter);
+    softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
+    issue_pv(iter - 1);
     // Free now (every thread passed the barrier that ended the previous iteration): the K stage
     // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
-    // are first needed one iteration later.
+    // are first needed one iteration later. Issued after this thread's wgmmas so that the TMA
+    // work does not delay them.
     if (is_leader) {
       if (iter + 1 < n_end) load_k(iter + 1);
       load_v(iter);
     }
-    issue_qk(iter);
-    issue_pv(iter - 1);
     warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
     warpgroup_fence_operand(tSrS);
-    softmax_scores(iter);
-    warpgroup_wait<0>();  // the P V wgmma is done with O and with the P registers
+    softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
+    warpgroup_fence_operand(tSrS);
+    // Scheduling fence, a no-op wait: K_iter's phase has completed and no thread can refill that
+    // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
+    // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
+    // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
+    Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+    warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP_storage);
-    softmax.rescale(out_acc, correction);
     scores_to_p();
     // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
     __syncthreads();
   }
   if (n_end > 0) {
+    softmax.rescale(out_acc, correction);
     issue_pv(n_end - 1);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);

@@ -464,7 +464,8 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
                          "(or pip install matplotlib)") from exc
     fig, axes = plt.subplots(len(results), 1, figsize=(14, 2.2 + 0.09 * max_workers *
                                                        len(results)), squeeze=False)
-    cmap = plt.get_cmap("tab20")
+    # Head colours from tab20 without its two reds, which would read as ticket stalls.
+    palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6, 7)]
     for ax, r, dag in zip(axes[:, 0], results, dags):
         shown = min(r.workers, max_workers)
         per_head = max(dag.items_per_head, 1)
@@ -474,7 +475,7 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
                 continue
             end = np.nanmax(r.finish[g]) if np.isfinite(r.finish[g]).any() else r.start[g]
             ax.broken_barh([(r.start[g], end - r.start[g])], (w - 0.4, 0.8),
-                           facecolors=cmap((g // per_head) % 20), edgecolor="none")
+                           facecolors=palette[(g // per_head) % len(palette)], edgecolor="none")
             steps = int(dag.length[g])
             done = r.finish[g, :steps]
             prev = np.concatenate([[r.start[g]], done[:-1]])

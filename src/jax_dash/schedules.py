@@ -537,7 +537,8 @@ def main(argv=None) -> int:
     auto = choose_schedule(batch=problem.batch, num_heads=problem.num_heads, seq_q=problem.seq_q,
                            seq_kv=problem.seq_kv, head_dim=args.head_dim,
                            is_causal=problem.is_causal, wave=problem.wave)
-    print(f'schedule="auto" picks: {auto}')
+    print(f'schedule="auto" picks: {auto} (it chooses among the batch-invariant schedules: '
+          f'{", ".join(AUTO_CANDIDATES)})')
     if args.plot:
         plot_gantt(results, dags, args.plot, cost=cost)
         print(f"Gantt chart written to {args.plot}")

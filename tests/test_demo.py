@@ -18,14 +18,7 @@ TINY_ARGS = ["--steps", "3", "--seq", "32", "--layers", "1", "--heads", "2", "--
              "--batch", "2", "--dtype", "float32"]
 
 
-@pytest.fixture(autouse=True)
-def _on_cpu(request):
-    # These are CPU tests (float32 models); pin them to the CPU also where a GPU is the default.
-    if request.node.get_closest_marker("gpu"):
-        yield
-        return
-    with jax.default_device(jax.devices("cpu")[0]):
-        yield
+pytestmark = pytest.mark.usefixtures("on_cpu")  # float32 CPU tests (conftest.py)
 
 
 def test_corpus_ships_with_package():

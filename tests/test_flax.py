@@ -22,14 +22,7 @@ TRAIN_STEPS = 3
 LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-4
 
 
-@pytest.fixture(autouse=True)
-def _on_cpu(request):
-    # These are CPU tests (float32 models); pin them to the CPU also where a GPU is the default.
-    if request.node.get_closest_marker("gpu"):
-        yield
-        return
-    with jax.default_device(jax.devices("cpu")[0]):
-        yield
+pytestmark = pytest.mark.usefixtures("on_cpu")  # float32 CPU tests (conftest.py)
 
 
 def _tokens(seed=0):

@@ -31,14 +31,8 @@ import sys
 import numpy as np
 
 from jax_dash import _jax_dash as _ext
+from jax_dash._ffi import SCHEDULE_IDS
 
-SCHEDULE_IDS = {
-    "ascending": 0,
-    "descending": 1,
-    "shift": 2,
-    "symmetric_shift": 3,
-    "atomic": 4,
-}
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_IDS.items()}
 # Schedules "auto" chooses from, in tie-break order. Only the batch-invariant ones: shift and
 # symmetric_shift take their tickets from the global wave a head's items fall in, so a sequence's

@@ -139,8 +139,13 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 #if JAX_DASH_HAVE_SM90_BWD
   p.wave = bwd_wave(p);
   if (p.wave < 1) {
-    return ffi::Error::Internal("jax_dash: the occupancy query says no backward CTA fits on this "
-                                "GPU (wave width " + std::to_string(p.wave) + ")");
+    // The main kernel keeps each KV tile's visit order and tickets (one entry per Q tile) in
+    // shared memory, so very long queries outgrow it (about 450k tokens at head_dim 128).
+    return ffi::Error::InvalidArgument(
+        "jax_dash: the backward kernel does not fit on this GPU for seq_q=" +
+        std::to_string(p.seq_q) + " at head_dim=" + std::to_string(p.head_dim) +
+        ": its per-query-tile schedule tables exceed shared memory; use a shorter query sequence "
+        "(or split it) for now");
   }
   if (cudaError_t err = run_bwd(p, stream); err != cudaSuccess) {
     return cuda_error("backward kernel launch failed", err);

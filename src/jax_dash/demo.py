@@ -87,7 +87,7 @@ class DemoConfig:
 
 
 def default_config(backend: str | None = None, **overrides) -> DemoConfig:
-    """Defaults per backend: about two minutes on a 2-core CPU; a bigger bf16 model on a GPU.
+    """Defaults per backend: under a minute on an idle 2-core CPU; a bigger bf16 model on a GPU.
 
     The GPU kernels take bf16/fp16 and head_dim 64 or 128, so the GPU default uses those.
     """

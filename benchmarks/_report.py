@@ -6,6 +6,7 @@ import collections
 import re
 
 import _grid
+import bench_memory
 
 DASH_HEADLINE = "jax_dash:auto"
 PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA"}
@@ -211,7 +212,10 @@ def memory_table(res: Results) -> list[str]:
                 cells.append("-")
             elif r["oom"]:
                 asked = f", plans {r['temp_bytes'] / 1e9:.1f} GB temp" if r.get("temp_bytes") else ""
-                cells.append(f"OOM{asked}")
+                held = r.get("gpu_memory_used_before_mib") or 0
+                suspect = (f" (SUSPECT: other processes held {held / 1024:.1f} GiB at start)"
+                           if held > bench_memory.OTHERS_MEMORY_WARN_MIB else "")
+                cells.append(f"OOM{asked}{suspect}")
             else:
                 cells.append(f"{r['peak_bytes'] / 1e9:.2f}")
         base = res.memory.get((p, "cudnn"))

@@ -198,6 +198,16 @@ class Collector:
         return None
 
 
+def _gpu_memory_used_mib():
+    """GPU 0's used memory per nvidia-smi (None where it cannot say); read while no worker runs."""
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                              "--id=0"], capture_output=True, text=True, timeout=30)
+        return int(smi.stdout.strip().splitlines()[0])
+    except Exception:
+        return None
+
+
 def _slug(env: dict) -> str:
     name = env.get("device_kind") or env.get("platform") or "unknown"
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
@@ -259,8 +269,16 @@ def run(opts: Options, command: str) -> Path:
         _skip(collector, memory_items, "peak device memory is only measured on GPU")
     for item in memory_items if on_gpu else []:
         env = det_env if item["impl"] == "cudnn_det" else base_env
-        # A fresh process per point resets peak_bytes_in_use; let it use nearly all the memory.
-        env = dict(env, XLA_PYTHON_CLIENT_MEM_FRACTION=env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95"))
+        # A fresh process per point resets peak_bytes_in_use. Allocating on demand (no 75% pool)
+        # up to 95% of the card means an OOM is the workload's, not a failed pool reservation.
+        env = dict(env, XLA_PYTHON_CLIENT_PREALLOCATE="false",
+                   XLA_PYTHON_CLIENT_MEM_FRACTION=env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95"))
+        # Memory held by other processes (a test run still exiting, say) makes OOMs meaningless.
+        item = dict(item, gpu_memory_used_before_mib=_gpu_memory_used_mib())
+        held_mib = item["gpu_memory_used_before_mib"]
+        if held_mib and held_mib > bench_memory.OTHERS_MEMORY_WARN_MIB:
+            print(f"WARNING: {held_mib} MiB of GPU memory are held by other "
+                  f"processes before {_worker.describe(item)}", file=sys.stderr)
         _worker.run_items([item], env=env, progress_tag="mem ", **run_kwargs)
 
     if collector.out_dir is None:  # the env item itself failed: keep what came back

@@ -17,6 +17,8 @@ MEMORY_SEQS = (16384, 32768, 65536, 131072)
 MEMORY_HEADS = 16
 MEMORY_HEAD_DIM = 128
 MEMORY_MASK = "causal"
+# GPU memory in use before a point beyond a bare CUDA context's worth: another process holds it.
+OTHERS_MEMORY_WARN_MIB = 1024
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM")
 
 
@@ -35,8 +37,10 @@ def run_memory_item(item: dict) -> dict:
     _, fwd_bwd = _peers.jitted_pair(fn)
     (args,) = _peers.random_inputs(point, num_sets=1)
     jax.block_until_ready(args)
-    result = {"inputs_bytes": device.memory_stats()["bytes_in_use"], "oom": False,
-              "peak_bytes": None, "temp_bytes": None, "error": None}
+    stats = device.memory_stats()
+    result = {"inputs_bytes": stats["bytes_in_use"], "bytes_limit": stats.get("bytes_limit"),
+              "oom": False, "peak_bytes": None, "temp_bytes": None, "error": None,
+              "gpu_memory_used_before_mib": item.get("gpu_memory_used_before_mib")}
     try:
         compiled = fwd_bwd.lower(*args).compile()
         analysis = compiled.memory_analysis()

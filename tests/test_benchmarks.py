@@ -181,3 +181,24 @@ def test_worker_restarts_after_device_fault():
     pids = [records[i]["result"]["worker_pid"] for i in (0, 2, 4)]
     # A fault that breaks the device restarts the worker; an ordinary error does not.
     assert pids[0] != pids[1] and pids[1] == pids[2]
+
+
+def test_memory_report_flags_ooms_when_others_held_memory():
+    import bench_memory
+    p16, p32 = (_grid.Point(head_dim=128, seq=s, mask="causal", batch=1, heads=16) for s in (16384, 32768))
+
+    def mem(impl, point, peak, oom=False, held=300):
+        item = {"kind": "memory", "impl": impl, "schedule": "auto" if impl == "jax_dash" else None,
+                "point": point.to_json(), "gpu_memory_used_before_mib": held}
+        return {"item": item, "skipped": None, "error": None, "result": {
+            "inputs_bytes": 10**9, "peak_bytes": peak, "oom": oom, "temp_bytes": 3 * 10**10 if oom else 1,
+            "gpu_memory_used_before_mib": held}}
+
+    records = [mem("cudnn", p16, 6.7e8), mem("jax_dash", p16, 6.7e8), mem("cudnn_det", p16, 9.1e9),
+               mem("cudnn", p32, 1.35e9), mem("jax_dash", p32, 4e9),
+               mem("cudnn_det", p32, None, oom=True, held=bench_memory.OTHERS_MEMORY_WARN_MIB + 60000)]
+    md = _report.render_markdown({"records": {bench_attention.record_key(r["item"]): r for r in records}})
+    assert "OOM, plans 30.0 GB temp (SUSPECT: other processes held 59.6 GiB at start)" in md
+    assert "| 16384 | 1x16x128 causal | 0.67 | 9.10 | 0.67 | 1.00x |" in md
+    # Goal 5 (<= 2x cuDNN's peak) fails at 32k where jax_dash needs 4 / 1.35 GB.
+    assert "| 5. fwd+bwd peak memory <= 2x cuDNN | NOT met (1/2 points) | 2.96x" in md

@@ -8,6 +8,8 @@ import pytest
 
 import jax_dash
 
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (float32, any head_dim): conftest.py
+
 
 def arrays(q_shape=(2, 16, 4, 32), kv_shape=(2, 16, 2, 32), dtype=jnp.float32,
            v_shape=None, k_dtype=None, v_dtype=None):

@@ -12,6 +12,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_dash
 from helpers import random_inputs
 
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (float32, any head_dim): conftest.py
+
 try:
     from jax import shard_map as _shard_map
 
@@ -101,15 +103,16 @@ def test_vmap_with_unmapped_key_value(inputs):
 
 def test_pmap(inputs, expected):
     q, k, v = inputs
-    out = jax.pmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True))(
+    out = jax.pmap(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                   devices=jax.devices("cpu")[:8])(
         q[:, None], k[:, None], v[:, None])
     np.testing.assert_array_equal(out[:, 0], expected[0])
-    grads = jax.pmap(grad_all)(q[:, None], k[:, None], v[:, None])
+    grads = jax.pmap(grad_all, devices=jax.devices("cpu")[:8])(q[:, None], k[:, None], v[:, None])
     assert_all_equal([g[:, 0] for g in grads], expected[1])
 
 
 def _mesh():
-    return Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+    return Mesh(np.array(jax.devices("cpu")[:8]).reshape(4, 2), ("data", "model"))
 
 
 def test_shard_map_over_batch_and_heads(inputs, expected):
@@ -129,7 +132,7 @@ def test_shard_map_over_batch_and_heads(inputs, expected):
     (P(None, "data"), True),  # sequence-sharded inputs are gathered
 ])
 def test_gspmd_sharding(inputs, expected, spec, communicates):
-    assert len(jax.devices()) >= 8, "conftest.py sets 8 virtual CPU devices"
+    assert len(jax.devices("cpu")) >= 8, "conftest.py sets 8 virtual CPU devices"
     q, k, v = inputs
     sharding = NamedSharding(_mesh(), spec)
     args = [jax.device_put(x, sharding) for x in (q, k, v)]

@@ -55,8 +55,29 @@ def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     return tuple(_ext.tile_config(int(head_dim)))
 
 
+def _varying_axes(x):
+    aval = jax.typeof(x)
+    for name in ("manual_axis_type", "vma"):
+        value = getattr(aval, name, None)
+        if value is not None:
+            return frozenset(getattr(value, "varying", value))
+    return frozenset()
+
+
+def _unify_varying(*arrays):
+    """Inside ``shard_map``, makes every operand vary over the union of the operands' manual
+    axes, so that the results (typed after the first operand) are varying wherever any input is."""
+    axes = frozenset().union(*(_varying_axes(x) for x in arrays))
+    if not axes or not hasattr(jax.lax, "pcast"):
+        return arrays
+    return tuple(x if _varying_axes(x) == axes
+                 else jax.lax.pcast(x, tuple(sorted(axes - _varying_axes(x))), to="varying")
+                 for x in arrays)
+
+
 def fwd_call(q, k, v, scale: float, is_causal: bool):
     """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``."""
+    q, k, v = _unify_varying(q, k, v)
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
@@ -68,6 +89,7 @@ def fwd_call(q, k, v, scale: float, is_causal: bool):
 
 def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: str):
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped."""
+    q, k, v, out, lse, dout = _unify_varying(q, k, v, out, lse, dout)
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(

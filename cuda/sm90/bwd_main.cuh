@@ -272,8 +272,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   while (true) {
     __syncthreads();  // smem of the previous KV tile is no longer read
     if (tid == 0) {
-      // Items are handed out in increasing global order, so every item a ticket waits on has
-      // already been taken by a running CTA: no deadlock even with fewer resident CTAs than p.wave.
+      // Items are handed out in increasing global order. ascending/descending only wait on
+      // smaller items (already taken), so they cannot deadlock; shift/symmetric_shift also wait on
+      // larger items of the same wave, which is safe only because p.wave <= resident CTAs
+      // (the occupancy query), so a whole wave is always taken.
       const int64_t prev = smem.item;
       const int next_j = smem.kv_in_item + 1;
       const bool same_item =

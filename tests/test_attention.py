@@ -7,9 +7,9 @@ import pytest
 
 import jax_dash
 from helpers import (assert_close_to_reference, attention_and_grads, random_inputs,
+                     references)
 
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (float32, any head_dim): conftest.py
-                     references)
 
 ATOL = {jnp.float32: 5e-5, jnp.float16: 1e-3, jnp.bfloat16: 1e-3}
 DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")

@@ -12,7 +12,8 @@ import numpy as np
 
 from jax_dash import _ffi, sharding
 
-SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic")
+# "auto" plus the schedules the kernels know (their ids live in _ffi, mirroring schedule.h).
+SCHEDULES = ("auto",) + tuple(_ffi.SCHEDULE_IDS)
 _CPU_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 MAX_HEAD_DIM = 256
 

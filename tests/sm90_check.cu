@@ -1,0 +1,446 @@
+// Standalone check of the Hopper kernels without JAX: calls sm90::run_fwd / run_bwd directly, so
+// that compute-sanitizer (memcheck, racecheck, synccheck, initcheck) and Nsight Compute can run on
+// them (both fail to start under a JAX process on the device machine).
+//
+//   jax_dash_sm90_check            small cases: forward and backward against an fp64 host
+//                                  reference, poisoned outputs, bitwise repeatability
+//   jax_dash_sm90_check bench B S H Hkv D causal schedule iters
+//                                  backward (and forward) of one bf16 problem, `iters` times, for a
+//                                  profiler; prints the mean time of each
+//
+// Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
+// Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/launch.h"
+
+namespace {
+
+using jax_dash::AttentionParams;
+using jax_dash::DType;
+using jax_dash::Schedule;
+
+#define CHECK_CUDA(expr)                                                                     \
+  do {                                                                                       \
+    cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__, \
+                   __LINE__, cudaGetErrorString(err_));                                      \
+      std::exit(2);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+struct Case {
+  int64_t batch, seq_q, seq_kv;
+  int heads, kv_heads, head_dim;
+  bool causal;
+  Schedule schedule;
+  DType dtype;
+};
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kAscending: return "ascending";
+    case Schedule::kDescending: return "descending";
+    case Schedule::kShift: return "shift";
+    case Schedule::kSymmetricShift: return "symmetric_shift";
+    case Schedule::kAtomic: return "atomic";
+  }
+  return "?";
+}
+
+bool parse_schedule(const char* s, Schedule* out) {
+  for (int i = 0; i <= static_cast<int>(Schedule::kAtomic); ++i) {
+    if (std::strcmp(s, schedule_name(static_cast<Schedule>(i))) == 0) {
+      *out = static_cast<Schedule>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// 16-bit storage <-> double on the host.
+uint16_t to_bits(double x, DType t) {
+  if (t == DType::kBFloat16) {
+    const __nv_bfloat16_raw r = __float2bfloat16(static_cast<float>(x));
+    return r.x;
+  }
+  const __half_raw r = __float2half(static_cast<float>(x));
+  return r.x;
+}
+
+double from_bits(uint16_t bits, DType t) {
+  if (t == DType::kBFloat16) {
+    __nv_bfloat16_raw r;
+    r.x = bits;
+    return static_cast<double>(__bfloat162float(__nv_bfloat16(r)));
+  }
+  __half_raw r;
+  r.x = bits;
+  return static_cast<double>(__half2float(__half(r)));
+}
+
+// Deterministic pseudo-normal values (sum of uniforms), never all zero.
+struct Rng {
+  uint64_t state;
+  double uniform() {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0);
+  }
+  double normal() {
+    double s = 0;
+    for (int i = 0; i < 4; ++i) s += uniform();
+    return (s - 2.0) * std::sqrt(3.0);
+  }
+};
+
+std::vector<uint16_t> random_tensor(size_t n, DType t, uint64_t seed) {
+  Rng rng{seed * 0x9E3779B97F4A7C15ULL + 1};
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = to_bits(rng.normal(), t);
+  return v;
+}
+
+// Row-major [B, S, H, D] index.
+inline size_t idx(const Case& c, int64_t b, int64_t s, int64_t seq, int h, int heads, int d) {
+  return ((static_cast<size_t>(b) * seq + s) * heads + h) * c.head_dim + d;
+}
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// fp64 attention forward and backward (top-left causal mask) on the 16-bit inputs.
+Reference reference(const Case& c, const std::vector<uint16_t>& q, const std::vector<uint16_t>& k,
+                    const std::vector<uint16_t>& v, const std::vector<uint16_t>& dout,
+                    double scale) {
+  Reference r;
+  const int D = c.head_dim;
+  const size_t nq = static_cast<size_t>(c.batch * c.seq_q) * c.heads * D;
+  const size_t nk = static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * D;
+  r.out.assign(nq, 0.0);
+  r.dq.assign(nq, 0.0);
+  r.dk.assign(nk, 0.0);
+  r.dv.assign(nk, 0.0);
+  r.lse.assign(static_cast<size_t>(c.batch) * c.heads * c.seq_q, 0.0);
+  const int group = c.heads / c.kv_heads;
+  std::vector<double> p(c.seq_kv), dp(c.seq_kv);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int h = 0; h < c.heads; ++h) {
+      const int kh = h / group;
+      for (int64_t i = 0; i < c.seq_q; ++i) {
+        const int64_t keys = c.causal ? std::min<int64_t>(i + 1, c.seq_kv) : c.seq_kv;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < keys; ++j) {
+          double s = 0;
+          for (int d = 0; d < D; ++d)
+            s += from_bits(q[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
+                 from_bits(k[idx(c, b, j, c.seq_kv, kh, c.kv_heads, d)], c.dtype);
+          p[j] = s * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < keys; ++j) sum += std::exp(p[j] - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[(static_cast<size_t>(b) * c.heads + h) * c.seq_q + i] = lse;
+        for (int64_t j = 0; j < keys; ++j) p[j] = std::exp(p[j] - lse);
+        double dsum = 0;
+        for (int d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < keys; ++j)
+            o += p[j] * from_bits(v[idx(c, b, j, c.seq_kv, kh, c.kv_heads, d)], c.dtype);
+          r.out[idx(c, b, i, c.seq_q, h, c.heads, d)] = o;
+          dsum += o * from_bits(dout[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype);
+        }
+        for (int64_t j = 0; j < keys; ++j) {
+          double x = 0;
+          for (int d = 0; d < D; ++d)
+            x += from_bits(dout[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
+                 from_bits(v[idx(c, b, j, c.seq_kv, kh, c.kv_heads, d)], c.dtype);
+          dp[j] = p[j] * (x - dsum);  // dS
+        }
+        for (int64_t j = 0; j < keys; ++j) {
+          for (int d = 0; d < D; ++d) {
+            const size_t qi = idx(c, b, i, c.seq_q, h, c.heads, d);
+            const size_t kj = idx(c, b, j, c.seq_kv, kh, c.kv_heads, d);
+            r.dq[qi] += scale * dp[j] * from_bits(k[kj], c.dtype);
+            r.dk[kj] += scale * dp[j] * from_bits(q[qi], c.dtype);
+            r.dv[kj] += p[j] * from_bits(dout[qi], c.dtype);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+template <class T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(size_t count) : n(count) {
+    CHECK_CUDA(cudaMalloc(&ptr, std::max<size_t>(count, 1) * sizeof(T)));
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void upload(const std::vector<T>& h) {
+    CHECK_CUDA(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void poison() { CHECK_CUDA(cudaMemset(ptr, 0xFF, std::max<size_t>(n, 1) * sizeof(T))); }
+};
+
+// max |ours - ref| <= tol * max |ref| + tol_abs, and every value finite. Prints one line.
+bool compare(const char* tag, const char* what, const std::vector<double>& ours,
+             const std::vector<double>& ref, double tol) {
+  double max_ref = 0, max_err = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+    if (!std::isfinite(ours[i])) {
+      ++bad;
+      continue;
+    }
+    max_err = std::max(max_err, std::fabs(ours[i] - ref[i]));
+  }
+  const bool ok = bad == 0 && max_err <= tol * max_ref + 1e-5;
+  std::printf("  %-5s %-4s max|err| %.3e  max|ref| %.3e  non-finite %zu  %s\n", tag, what, max_err,
+              max_ref, bad, ok ? "ok" : "FAIL");
+  return ok;
+}
+
+std::vector<double> widen(const std::vector<uint16_t>& x, DType t) {
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = from_bits(x[i], t);
+  return y;
+}
+
+AttentionParams make_params(const Case& c, double scale) {
+  AttentionParams p{};
+  p.batch = c.batch;
+  p.seq_q = c.seq_q;
+  p.seq_kv = c.seq_kv;
+  p.num_heads = c.heads;
+  p.num_kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.dtype = c.dtype;
+  p.scale = static_cast<float>(scale);
+  p.is_causal = c.causal;
+  p.schedule = c.schedule;
+  p.tiles = jax_dash::tile_config(c.head_dim);
+  return p;
+}
+
+bool run_case(const Case& c) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  std::printf("case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s %s\n",
+              static_cast<long long>(c.batch), static_cast<long long>(c.seq_q),
+              static_cast<long long>(c.seq_kv), c.heads, c.kv_heads, c.head_dim,
+              c.causal ? "causal" : "full", schedule_name(c.schedule),
+              c.dtype == DType::kBFloat16 ? "bf16" : "fp16");
+  const size_t nq = static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
+  const size_t nk = static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * c.head_dim;
+  const size_t nlse = static_cast<size_t>(c.batch) * c.heads * c.seq_q;
+  const auto hq = random_tensor(nq, c.dtype, 1), hk = random_tensor(nk, c.dtype, 2),
+             hv = random_tensor(nk, c.dtype, 3), hdo = random_tensor(nq, c.dtype, 4);
+  const Reference ref = reference(c, hq, hk, hv, hdo, scale);
+  const double tol = c.dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+
+  DeviceBuffer<uint16_t> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> lse(nlse);
+  q.upload(hq);
+  k.upload(hk);
+  v.upload(hv);
+  dout.upload(hdo);
+  AttentionParams p = make_params(c, scale);
+  p.q = q.ptr;
+  p.k = k.ptr;
+  p.v = v.ptr;
+  bool ok = true;
+
+  // Forward into poisoned (NaN) buffers.
+  out.poison();
+  lse.poison();
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  CHECK_CUDA(jax_dash::sm90::run_fwd(p, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  {
+    const auto o = widen(out.download(), c.dtype);
+    const auto l = lse.download();
+    ok &= compare("fwd", "out", o, ref.out, tol);
+    std::vector<double> ld(l.begin(), l.end());
+    ok &= compare("fwd", "lse", ld, ref.lse, 1e-5);
+  }
+
+  // Backward from the reference's out (rounded to the dtype) and lse, so it is judged alone.
+  std::vector<uint16_t> ho(nq);
+  for (size_t i = 0; i < nq; ++i) ho[i] = to_bits(ref.out[i], c.dtype);
+  std::vector<float> hl(nlse);
+  for (size_t i = 0; i < nlse; ++i) hl[i] = static_cast<float>(ref.lse[i]);
+  out.upload(ho);
+  lse.upload(hl);
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  p.dout = dout.ptr;
+  p.dq = dq.ptr;
+  p.dk = dk.ptr;
+  p.dv = dv.ptr;
+  const jax_dash::BwdWorkspaceLayout ws = jax_dash::bwd_workspace_layout(
+      c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads, c.head_dim);
+  DeviceBuffer<float> wf(ws.f32_size);
+  DeviceBuffer<int32_t> wi(ws.i32_size);
+  p.workspace_f32 = wf.ptr;
+  p.workspace_i32 = wi.ptr;
+  p.wave = jax_dash::sm90::bwd_wave(p);
+  std::vector<uint16_t> first[3];
+  for (int rep = 0; rep < 2; ++rep) {
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    wf.poison();
+    wi.poison();
+    CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<uint16_t> got[3] = {dq.download(), dk.download(), dv.download()};
+    if (rep == 0) {
+      ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
+      ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
+      ok &= compare("bwd", "dv", widen(got[2], c.dtype), ref.dv, tol);
+      for (int i = 0; i < 3; ++i) first[i] = got[i];
+    } else if (c.schedule != Schedule::kAtomic) {
+      bool same = true;
+      for (int i = 0; i < 3; ++i) same &= got[i] == first[i];
+      std::printf("  bwd   bitwise repeatable: %s\n", same ? "ok" : "FAIL");
+      ok &= same;
+    }
+  }
+  std::printf("  wave %d: %s\n", p.wave, ok ? "PASS" : "FAIL");
+  return ok;
+}
+
+int bench(int argc, char** argv) {
+  if (argc != 10) {
+    std::fprintf(stderr, "usage: %s bench B S H Hkv D causal(0/1) schedule iters\n", argv[0]);
+    return 2;
+  }
+  Case c{};
+  c.batch = std::atoll(argv[2]);
+  c.seq_q = c.seq_kv = std::atoll(argv[3]);
+  c.heads = std::atoi(argv[4]);
+  c.kv_heads = std::atoi(argv[5]);
+  c.head_dim = std::atoi(argv[6]);
+  c.causal = std::atoi(argv[7]) != 0;
+  c.dtype = DType::kBFloat16;
+  const int iters = std::atoi(argv[9]);
+  if (!parse_schedule(argv[8], &c.schedule) || c.batch < 1 || c.seq_q < 1 || c.heads < 1 ||
+      c.kv_heads < 1 || c.heads % c.kv_heads != 0 || (c.head_dim != 64 && c.head_dim != 128) ||
+      iters < 1) {
+    std::fprintf(stderr, "bad arguments (schedule: ascending|descending|shift|symmetric_shift|"
+                         "atomic; head_dim 64 or 128; heads a multiple of kv heads)\n");
+    return 2;
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const size_t nq = static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
+  const size_t nk = static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * c.head_dim;
+  DeviceBuffer<uint16_t> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
+  DeviceBuffer<float> lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q);
+  q.upload(random_tensor(nq, c.dtype, 1));
+  k.upload(random_tensor(nk, c.dtype, 2));
+  v.upload(random_tensor(nk, c.dtype, 3));
+  dout.upload(random_tensor(nq, c.dtype, 4));
+  AttentionParams p = make_params(c, scale);
+  p.q = q.ptr;
+  p.k = k.ptr;
+  p.v = v.ptr;
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  p.dout = dout.ptr;
+  p.dq = dq.ptr;
+  p.dk = dk.ptr;
+  p.dv = dv.ptr;
+  const jax_dash::BwdWorkspaceLayout ws = jax_dash::bwd_workspace_layout(
+      c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads, c.head_dim);
+  DeviceBuffer<float> wf(ws.f32_size);
+  DeviceBuffer<int32_t> wi(ws.i32_size);
+  p.workspace_f32 = wf.ptr;
+  p.workspace_i32 = wi.ptr;
+  p.wave = jax_dash::sm90::bwd_wave(p);
+  cudaEvent_t e0, e1, e2;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  CHECK_CUDA(cudaEventCreate(&e2));
+  CHECK_CUDA(jax_dash::sm90::run_fwd(p, nullptr));  // real out/lse for the backward, and warm-up
+  CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr));
+  CHECK_CUDA(cudaEventRecord(e0));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(jax_dash::sm90::run_fwd(p, nullptr));
+  CHECK_CUDA(cudaEventRecord(e1));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr));
+  CHECK_CUDA(cudaEventRecord(e2));
+  CHECK_CUDA(cudaEventSynchronize(e2));
+  float fwd_ms = 0, bwd_ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&fwd_ms, e0, e1));
+  CHECK_CUDA(cudaEventElapsedTime(&bwd_ms, e1, e2));
+  const double flops = 4.0 * c.batch * c.heads * double(c.seq_q) * c.seq_kv * c.head_dim *
+                       (c.causal ? 0.5 : 1.0);
+  std::printf("bench B=%lld S=%lld H=%d Hkv=%d D=%d %s %s wave=%d: fwd %.3f ms (%.0f TFLOP/s), "
+              "bwd %.3f ms (%.0f TFLOP/s)\n",
+              static_cast<long long>(c.batch), static_cast<long long>(c.seq_q), c.heads,
+              c.kv_heads, c.head_dim, c.causal ? "causal" : "full", schedule_name(c.schedule),
+              p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
+              2.5 * flops / (bwd_ms / iters) * 1e-9);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench(argc, argv);
+  if (argc > 1) {
+    std::fprintf(stderr, "usage: %s            (small checks)\n"
+                         "       %s bench B S H Hkv D causal schedule iters\n", argv[0], argv[0]);
+    return 2;
+  }
+  int major = 0, minor = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (major != 9 || minor != 0) {
+    std::fprintf(stderr, "needs a Hopper GPU (compute capability 9.0), found %d.%d\n", major,
+                 minor);
+    return 2;
+  }
+  constexpr DType bf16 = DType::kBFloat16, fp16 = DType::kFloat16;
+  // Small enough for the sanitizers (which slow kernels by 10-100x), large enough for several
+  // tiles, partial tiles, GQA, seq_q != seq_kv and every schedule's own path.
+  const Case cases[] = {
+      {1, 150, 150, 2, 1, 64, true, Schedule::kDescending, bf16},
+      {1, 70, 200, 2, 2, 128, false, Schedule::kAscending, bf16},
+      {1, 256, 256, 2, 2, 128, true, Schedule::kSymmetricShift, fp16},
+      {1, 300, 300, 2, 2, 64, false, Schedule::kShift, bf16},
+      {2, 100, 260, 4, 2, 64, false, Schedule::kAtomic, fp16},
+      {1, 1, 1, 1, 1, 128, true, Schedule::kDescending, bf16},
+  };
+  int failed = 0;
+  for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
+  std::printf("%s: %d of %zu cases failed\n", failed ? "FAIL" : "PASS", failed,
+              sizeof(cases) / sizeof(cases[0]));
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,136 @@
+"""The public op on a Hopper GPU: forward + backward through jax.vjp under jit, grad, vmap,
+shard_map and GSPMD sharding, against the fp32 reference, and bitwise against the plain call.
+
+The CPU versions of these tests (tests/test_transforms.py) run on 8 virtual CPU devices; these run
+the CUDA FFI handlers. Skipped unless an sm_90 GPU is present.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import jax_dash
+from helpers import assert_close_to_reference, attention_and_grads, random_inputs, references
+from jax_dash.reference import reference_forward
+
+try:
+    from jax import shard_map as _shard_map
+except ImportError:  # older jax spells it jax.experimental.shard_map
+    from jax.experimental.shard_map import shard_map as _shard_map
+
+
+def _hopper_devices():
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return []
+    return [d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"]
+
+
+HOPPER = _hopper_devices()
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not HOPPER, reason="needs a CUDA GPU of compute capability 9.0"),
+]
+
+SHAPE = (2, 300, 300, 4, 2, 128)  # batch, seq_q, seq_kv, heads, kv_heads, head_dim: GQA, partial tiles
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    q, k, v, dout = random_inputs(21, *SHAPE, jnp.bfloat16)
+    return tuple(jax.device_put(x, HOPPER[0]) for x in (q, k, v, dout))
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint16)
+
+
+def _assert_bitwise(a, b, what):
+    for name, x, y in zip(("out", "dq", "dk", "dv"), a, b):
+        assert x.shape == y.shape, (what, name, x.shape, y.shape)
+        assert np.array_equal(_bits(x), _bits(y)), f"{what}: {name} differs bitwise"
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_jit_vjp_matches_reference_and_runs_on_the_gpu(inputs, is_causal):
+    q, k, v, dout = inputs
+    fn = jax.jit(lambda q, k, v, dout: attention_and_grads(
+        lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal), q, k, v, dout))
+    ours = fn(q, k, v, dout)
+    assert "jax_dash_bwd" in fn.lower(q, k, v, dout).as_text()
+    for x in ours:
+        assert x.devices() == {HOPPER[0]}
+    ref, naive = jax.jit(lambda q, k, v, dout: references(q, k, v, dout, is_causal=is_causal))(
+        q, k, v, dout)
+    for name, x, r, nv in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+        atol = 4e-3 * float(jnp.max(jnp.abs(r))) + 1e-5
+        assert_close_to_reference(f"causal={is_causal} {name}", x, r, nv, atol)
+
+
+def test_grad_of_a_scalar_loss(inputs):
+    q, k, v, _ = inputs
+
+    def loss(q, k, v):
+        return jnp.sum(jax_dash.attention(q, k, v, is_causal=True).astype(jnp.float32) ** 2)
+
+    def ref_loss(q, k, v):
+        out, _ = reference_forward(q, k, v, is_causal=True)
+        return jnp.sum(out.astype(jnp.float32) ** 2)
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+    ref = jax.jit(jax.grad(ref_loss, argnums=(0, 1, 2)))(*f32)
+    for name, g, r in zip(("dq", "dk", "dv"), grads, ref):
+        assert g.dtype == q.dtype
+        rel = float(jnp.max(jnp.abs(g.astype(jnp.float32) - r))) / float(jnp.max(jnp.abs(r)))
+        assert rel < 3e-2, (name, rel)
+
+
+def test_vmap_is_bitwise_the_per_sequence_call(inputs):
+    q, k, v, dout = inputs
+    # An extra leading axis of 2 over [batch, seq, heads, dim] inputs: vmap folds it into batch.
+    stack = [jnp.stack([x, x[::-1]]) for x in (q, k, v, dout)]
+
+    def one(q, k, v, dout):
+        return attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                                   q, k, v, dout)
+
+    batched = jax.jit(jax.vmap(one))(*stack)
+    for i in range(2):
+        single = jax.jit(one)(*(x[i] for x in stack))
+        _assert_bitwise([x[i] for x in batched], single, f"vmap element {i}")
+
+
+def test_shard_map_and_gspmd_on_the_gpu_mesh(inputs):
+    q, k, v, dout = inputs
+    mesh = Mesh(np.array(HOPPER), ("data",))
+    spec = P("data")
+
+    def fwd_bwd(q, k, v, dout):
+        return attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
+                                   q, k, v, dout)
+
+    plain = jax.jit(fwd_bwd)(q, k, v, dout)
+    mapped = jax.jit(_shard_map(fwd_bwd, mesh=mesh, in_specs=(spec,) * 4,
+                                out_specs=(spec,) * 4))(q, k, v, dout)
+    _assert_bitwise(mapped, plain, "shard_map")
+    sharded = [jax.device_put(x, NamedSharding(mesh, spec)) for x in (q, k, v, dout)]
+    gspmd = jax.jit(fwd_bwd)(*sharded)
+    _assert_bitwise(gspmd, plain, "GSPMD")
+
+
+@pytest.mark.parametrize("schedule", ["auto", "ascending", "descending", "shift",
+                                      "symmetric_shift"])
+def test_every_schedule_is_repeatable_through_the_public_op(inputs, schedule):
+    q, k, v, dout = inputs
+    fn = jax.jit(lambda q, k, v, dout: attention_and_grads(
+        lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True, schedule=schedule),
+        q, k, v, dout))
+    first = fn(q, k, v, dout)
+    for _ in range(5):
+        _assert_bitwise(fn(q, k, v, dout), first, schedule)

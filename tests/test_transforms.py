@@ -33,17 +33,39 @@ def loss(q, k, v):
 grad_all = jax.grad(loss, argnums=(0, 1, 2))
 
 
-@pytest.fixture(scope="module")
-def inputs():
+def _on_cpu0(fn, *args):
+    """Runs fn on the first CPU device whatever the default device: module-scoped fixtures are
+    set up before the function-scoped ``on_cpu`` pin (conftest.py), so they pin themselves."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        return fn(*args)
+
+
+def _make_inputs():
     q, k, v, _ = random_inputs(0, 8, 64, 64, 8, 4, 32, jnp.float32)
     return q, k, v
 
 
-@pytest.fixture(scope="module")
-def expected(inputs):
-    q, k, v = inputs
+def _make_expected(q, k, v):
     return (np.asarray(jax_dash.attention(q, k, v, is_causal=True)),
             [np.asarray(g) for g in grad_all(q, k, v)])
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return _on_cpu0(_make_inputs)
+
+
+@pytest.fixture(scope="module")
+def expected(inputs):
+    return _on_cpu0(_make_expected, *inputs)
+
+
+def test_module_inputs_are_made_on_the_cpu_whatever_the_default_device():
+    # Another default device stands in for a GPU: the arrays must still land on CPU 0.
+    with jax.default_device(jax.devices("cpu")[3]):
+        arrays = _on_cpu0(_make_inputs)
+    for x in arrays:
+        assert x.devices() == {jax.devices("cpu")[0]}, x.devices()
 
 
 def assert_all_equal(actual, expected):
@@ -99,6 +121,42 @@ def test_vmap_with_unmapped_key_value(inputs):
     out = jax.vmap(lambda q: jax_dash.attention(q, k[0], v[0]))(q[0:3, :, :, :])
     for i in range(3):
         np.testing.assert_array_equal(out[i], jax_dash.attention(q[i], k[0], v[0]))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_vmap_over_an_empty_axis_gives_empty_results(is_causal):
+    q, k, v, _ = random_inputs(5, 3, 16, 24, 4, 2, 32, jnp.float32)
+    empty = [x[:0] for x in (q, k, v)]  # vmap over the batch axis of size 0
+
+    def both(fn):
+        fwd = jax.vmap(lambda q, k, v: fn(q, k, v, is_causal=is_causal))(*empty)
+        grads = jax.vmap(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v, is_causal=is_causal)),
+                                  argnums=(0, 1, 2)))(*empty)
+        return fwd, grads
+
+    (out, grads), (ref_out, ref_grads) = both(jax_dash.attention), both(
+        jax.nn.dot_product_attention)
+    assert (out.shape, out.dtype) == (ref_out.shape, ref_out.dtype) == ((0, 16, 4, 32), q.dtype)
+    for g, r, x in zip(grads, ref_grads, (q, k, v)):
+        assert (g.shape, g.dtype) == (r.shape, r.dtype) == ((0,) + x.shape[1:], x.dtype)
+
+
+def test_vmap_over_an_empty_axis_nested_and_with_unmapped_operands():
+    q, k, v, _ = random_inputs(6, 3, 16, 16, 2, 1, 16, jnp.bfloat16)
+    # Outer axis empty, inner axis 3; and the other way round.
+    outer = jax.vmap(jax.vmap(jax_dash.attention))(q[None, :0], k[None, :0], v[None, :0])
+    assert outer.shape == (1, 0, 16, 2, 16)
+    inner = jax.vmap(jax.vmap(jax_dash.attention))(q[:0, None], k[:0, None], v[:0, None])
+    assert inner.shape == (0, 1, 16, 2, 16)
+    both_empty = jax.vmap(jax.vmap(jax_dash.attention))(*[jnp.zeros((0, 0) + x.shape[1:],
+                                                                    x.dtype) for x in (q, k, v)])
+    assert both_empty.shape == (0, 0, 16, 2, 16)
+    # Unmapped key/value: gradients of the unmapped operands are per mapped element, so empty.
+    loss = lambda q, k, v: jnp.sum(jax_dash.attention(q, k, v).astype(jnp.float32))  # noqa: E731
+    dq, dk, dv = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2)), in_axes=(0, None, None)))(
+        q[:0], k[0], v[0])
+    assert (dq.shape, dk.shape, dv.shape) == ((0, 16, 2, 16), (0, 16, 1, 16), (0, 16, 1, 16))
+    assert dq.dtype == dk.dtype == dv.dtype == jnp.bfloat16
 
 
 def test_pmap(inputs, expected):

@@ -82,6 +82,17 @@ def _unfold(axis_size, outs):
     return tuple(o.reshape((axis_size, o.shape[0] // axis_size) + o.shape[1:]) for o in outs)
 
 
+def _vmapped_call(op, axis_size, in_batched, args):
+    """``op`` over a vmapped axis: folded into the batch, called once, unfolded. A size-0 axis
+    runs no kernel (its batch size could not be unfolded again) and gives empty results shaped
+    like ``op`` on one element."""
+    if axis_size == 0:
+        one = [jax.ShapeDtypeStruct(x.shape[1:] if batched else x.shape, x.dtype)
+               for x, batched in zip(args, in_batched)]
+        return tuple(jnp.zeros((0,) + o.shape, o.dtype) for o in jax.eval_shape(op, *one))
+    return _unfold(axis_size, op(*_fold_vmapped(axis_size, in_batched, args)))
+
+
 @functools.lru_cache(maxsize=None)
 def forward_op(scale: float, is_causal: bool):
     """``(q, k, v) -> (out, lse)`` for 4-D inputs, batchable and partitionable."""
@@ -116,8 +127,7 @@ def forward_op(scale: float, is_causal: bool):
 
     @op.def_vmap
     def op_vmap(axis_size, in_batched, q, k, v):
-        outs = op(*_fold_vmapped(axis_size, in_batched, (q, k, v)))
-        return _unfold(axis_size, outs), (True, True)
+        return _vmapped_call(op, axis_size, in_batched, (q, k, v)), (True, True)
 
     return op
 
@@ -157,7 +167,6 @@ def backward_op(scale: float, is_causal: bool, schedule: str):
 
     @op.def_vmap
     def op_vmap(axis_size, in_batched, *args):
-        outs = op(*_fold_vmapped(axis_size, in_batched, args))
-        return _unfold(axis_size, outs), (True, True, True)
+        return _vmapped_call(op, axis_size, in_batched, args), (True, True, True)
 
     return op

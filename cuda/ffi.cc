@@ -26,10 +26,15 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                              ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
-  if (static_cast<int64_t>(out->element_count()) !=
-          p.batch * p.seq_q * p.num_heads * p.head_dim ||
-      static_cast<int64_t>(lse->element_count()) != p.batch * p.num_heads * p.seq_q)
-    return ffi::Error::InvalidArgument("jax_dash: forward results have unexpected sizes");
+  if (ffi::Error e = check_buffer("out", *out, {p.batch, p.seq_q, p.num_heads, p.head_dim},
+                                  q.element_type(), "the query's");
+      e.failure())
+    return e;
+  if (!has_dims(lse->dimensions(), {p.batch, p.num_heads, p.seq_q}))
+    return ffi::Error::InvalidArgument("jax_dash: lse has shape " +
+                                       dims_string(lse->dimensions()) +
+                                       ", expected [batch, num_heads, seq_q] = " +
+                                       dims_string({p.batch, int64_t{p.num_heads}, p.seq_q}));
   p.out = out->untyped_data();
   p.lse = lse->typed_data();
   try {

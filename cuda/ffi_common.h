@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "cuda/params.h"
 #include "xla/ffi/api/ffi.h"
@@ -18,15 +20,76 @@ inline std::string dims_string(ffi::AnyBuffer::Dimensions dims) {
   return s + ")";
 }
 
+inline std::string dims_string(std::initializer_list<int64_t> dims) {
+  std::string s = "(";
+  for (const int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + ")";
+}
+
+// The NumPy/JAX name of an XLA element type, as users spell it.
+inline std::string dtype_string(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F16: return "float16";
+    case ffi::DataType::BF16: return "bfloat16";
+    case ffi::DataType::F64: return "float64";
+    case ffi::DataType::S8: return "int8";
+    case ffi::DataType::S16: return "int16";
+    case ffi::DataType::S32: return "int32";
+    case ffi::DataType::S64: return "int64";
+    case ffi::DataType::U8: return "uint8";
+    case ffi::DataType::U16: return "uint16";
+    case ffi::DataType::U32: return "uint32";
+    case ffi::DataType::U64: return "uint64";
+    case ffi::DataType::PRED: return "bool";
+    case ffi::DataType::C64: return "complex64";
+    case ffi::DataType::C128: return "complex128";
+    default: return "XLA element type " + std::to_string(static_cast<int>(type));
+  }
+}
+
+inline ffi::DataType to_ffi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return ffi::DataType::F32;
+    case DType::kFloat16: return ffi::DataType::F16;
+    case DType::kBFloat16: return ffi::DataType::BF16;
+  }
+  return ffi::DataType::INVALID;
+}
+
 inline ffi::Error to_dtype(ffi::DataType type, DType* out) {
   switch (type) {
     case ffi::DataType::F32: *out = DType::kFloat32; return ffi::Error::Success();
     case ffi::DataType::F16: *out = DType::kFloat16; return ffi::Error::Success();
     case ffi::DataType::BF16: *out = DType::kBFloat16; return ffi::Error::Success();
     default:
-      return ffi::Error::InvalidArgument(
-          "jax_dash: query/key/value dtype must be float32, float16 or bfloat16");
+      return ffi::Error::InvalidArgument("jax_dash: query has dtype " + dtype_string(type) +
+                                         "; allowed: float32, float16, bfloat16");
   }
+}
+
+// Whether a buffer's dimensions are exactly `dims`.
+inline bool has_dims(ffi::AnyBuffer::Dimensions actual, std::initializer_list<int64_t> dims) {
+  if (actual.size() != dims.size()) return false;
+  size_t i = 0;
+  for (const int64_t d : dims)
+    if (actual[i++] != d) return false;
+  return true;
+}
+
+// `name` must have exactly `dims` and element type `dtype`, those of `owner` ("the query's").
+inline ffi::Error check_buffer(const char* name, const ffi::AnyBuffer& buffer,
+                               std::initializer_list<int64_t> dims, ffi::DataType dtype,
+                               const char* owner) {
+  if (!has_dims(buffer.dimensions(), dims))
+    return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has shape " +
+                                       dims_string(buffer.dimensions()) + ", expected " + owner +
+                                       " shape " + dims_string(dims));
+  if (buffer.element_type() != dtype)
+    return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has dtype " +
+                                       dtype_string(buffer.element_type()) + ", expected " +
+                                       owner + " dtype " + dtype_string(dtype));
+  return ffi::Error::Success();
 }
 
 // Fills the problem description of p from q [B, Sq, H, D], k/v [B, Sk, Hkv, D].
@@ -35,30 +98,37 @@ inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer
                                    AttentionParams* p) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
-    return ffi::Error::InvalidArgument("jax_dash: expected 4-D query/key/value, got " +
-                                       dims_string(qd) + ", " + dims_string(kd) + ", " +
-                                       dims_string(vd));
-  if (k.element_type() != q.element_type() || v.element_type() != q.element_type())
-    return ffi::Error::InvalidArgument("jax_dash: query, key and value must share one dtype");
-  for (int i = 0; i < 4; ++i)
-    if (kd[i] != vd[i])
-      return ffi::Error::InvalidArgument("jax_dash: key " + dims_string(kd) +
-                                         " and value " + dims_string(vd) + " differ in shape");
-  if (qd[0] != kd[0] || qd[3] != kd[3])
-    return ffi::Error::InvalidArgument("jax_dash: query " + dims_string(qd) + " and key " +
-                                       dims_string(kd) + " differ in batch or head_dim");
-  if (kd[2] <= 0 || qd[2] % kd[2] != 0)
-    return ffi::Error::InvalidArgument("jax_dash: num_heads must be a multiple of num_kv_heads, "
-                                       "got query " + dims_string(qd) + ", key " +
-                                       dims_string(kd));
-  if (qd[1] <= 0 || kd[1] <= 0)
-    return ffi::Error::InvalidArgument("jax_dash: sequence lengths must be positive");
-  if (qd[3] <= 0 || qd[3] > 256 || qd[3] % 8 != 0)
-    return ffi::Error::InvalidArgument("jax_dash: head_dim must be a multiple of 8 up to 256, "
-                                       "got " + std::to_string(qd[3]));
+    return ffi::Error::InvalidArgument(
+        "jax_dash: query, key and value must be 4-D [batch, seq, heads, head_dim], got shapes " +
+        dims_string(qd) + ", " + dims_string(kd) + ", " + dims_string(vd));
   AttentionParams& P = *p;
   P = AttentionParams{};
   if (ffi::Error e = to_dtype(q.element_type(), &P.dtype); e.failure()) return e;
+  if (k.element_type() != q.element_type() || v.element_type() != q.element_type())
+    return ffi::Error::InvalidArgument(
+        "jax_dash: query, key and value must have the same dtype, got " +
+        dtype_string(q.element_type()) + ", " + dtype_string(k.element_type()) + ", " +
+        dtype_string(v.element_type()));
+  for (int i = 0; i < 4; ++i)
+    if (kd[i] != vd[i])
+      return ffi::Error::InvalidArgument("jax_dash: key " + dims_string(kd) + " and value " +
+                                         dims_string(vd) + " must have the same shape");
+  if (qd[0] != kd[0] || qd[3] != kd[3])
+    return ffi::Error::InvalidArgument("jax_dash: query " + dims_string(qd) + " and key " +
+                                       dims_string(kd) +
+                                       " must have the same batch (axis 0) and head_dim (axis 3)");
+  if (kd[2] <= 0 || qd[2] % kd[2] != 0)
+    return ffi::Error::InvalidArgument(
+        "jax_dash: num_heads (" + std::to_string(qd[2]) +
+        ") must be a positive multiple of num_kv_heads (" + std::to_string(kd[2]) +
+        "), got query " + dims_string(qd) + ", key " + dims_string(kd));
+  if (qd[1] <= 0 || kd[1] <= 0)
+    return ffi::Error::InvalidArgument("jax_dash: sequence lengths must be at least 1, got seq_q=" +
+                                       std::to_string(qd[1]) + " and seq_kv=" +
+                                       std::to_string(kd[1]));
+  if (qd[3] <= 0 || qd[3] > 256 || qd[3] % 8 != 0)
+    return ffi::Error::InvalidArgument("jax_dash: head_dim must be a multiple of 8 up to 256, "
+                                       "got " + std::to_string(qd[3]));
   P.batch = qd[0];
   P.seq_q = qd[1];
   P.seq_kv = kd[1];
@@ -77,39 +147,49 @@ inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer
 inline ffi::Error check_schedule(int32_t schedule, Schedule* out) {
   if (schedule < static_cast<int32_t>(Schedule::kAscending) ||
       schedule > static_cast<int32_t>(Schedule::kAtomic))
-    return ffi::Error::InvalidArgument("jax_dash: unknown schedule id " +
-                                       std::to_string(schedule));
+    return ffi::Error::InvalidArgument(
+        "jax_dash: unknown schedule id " + std::to_string(schedule) + "; allowed: " +
+        std::to_string(static_cast<int32_t>(Schedule::kAscending)) + " (ascending) to " +
+        std::to_string(static_cast<int32_t>(Schedule::kAtomic)) + " (atomic)");
   *out = static_cast<Schedule>(schedule);
   return ffi::Error::Success();
 }
 
-// Checks the backward's extra buffers against p's shapes and fills their pointers.
+// Checks the backward's extra buffers against p's shapes and dtype and fills their pointers:
+// out, dout and dq have the query's shape and dtype, dk and dv the key's (describe_problem has
+// checked that the key's dtype is the query's).
 inline ffi::Error describe_backward(const ffi::AnyBuffer& out, const ffi::Buffer<ffi::F32>& lse,
                                     const ffi::AnyBuffer& dout, ffi::AnyBuffer* dq,
                                     ffi::AnyBuffer* dk, ffi::AnyBuffer* dv,
                                     ffi::Buffer<ffi::F32>* workspace_f32,
                                     ffi::Buffer<ffi::S32>* workspace_i32, AttentionParams* p) {
-  const int64_t q_elems = p->batch * p->seq_q * p->num_heads * p->head_dim;
-  const int64_t kv_elems = p->batch * p->seq_kv * p->num_kv_heads * p->head_dim;
-  if (static_cast<int64_t>(out.element_count()) != q_elems ||
-      static_cast<int64_t>(dout.element_count()) != q_elems ||
-      static_cast<int64_t>(dq->element_count()) != q_elems)
-    return ffi::Error::InvalidArgument("jax_dash: out/dout/dq must have the query's shape");
-  if (static_cast<int64_t>(lse.element_count()) != p->batch * p->num_heads * p->seq_q)
-    return ffi::Error::InvalidArgument("jax_dash: lse must be [batch, num_heads, seq_q]");
-  if (static_cast<int64_t>(dk->element_count()) != kv_elems ||
-      static_cast<int64_t>(dv->element_count()) != kv_elems)
-    return ffi::Error::InvalidArgument("jax_dash: dk/dv must have the key's shape");
+  const std::initializer_list<int64_t> q_dims = {p->batch, p->seq_q, p->num_heads, p->head_dim};
+  const std::initializer_list<int64_t> kv_dims = {p->batch, p->seq_kv, p->num_kv_heads,
+                                                  p->head_dim};
+  const ffi::DataType dtype = to_ffi_type(p->dtype);
+  for (const auto& [name, buffer] : {std::pair<const char*, const ffi::AnyBuffer*>{"out", &out},
+                                     {"dout", &dout},
+                                     {"dq", dq}})
+    if (ffi::Error e = check_buffer(name, *buffer, q_dims, dtype, "the query's"); e.failure())
+      return e;
+  for (const auto& [name, buffer] :
+       {std::pair<const char*, const ffi::AnyBuffer*>{"dk", dk}, {"dv", dv}})
+    if (ffi::Error e = check_buffer(name, *buffer, kv_dims, dtype, "the key's"); e.failure())
+      return e;
+  if (!has_dims(lse.dimensions(), {p->batch, p->num_heads, p->seq_q}))
+    return ffi::Error::InvalidArgument(
+        "jax_dash: lse has shape " + dims_string(lse.dimensions()) +
+        ", expected [batch, num_heads, seq_q] = " +
+        dims_string({p->batch, int64_t{p->num_heads}, p->seq_q}));
   const BwdWorkspaceLayout w = bwd_workspace_layout(p->batch, p->seq_q, p->seq_kv, p->num_heads,
                                                     p->num_kv_heads, p->head_dim);
   if (static_cast<int64_t>(workspace_f32->element_count()) != w.f32_size ||
       static_cast<int64_t>(workspace_i32->element_count()) != w.i32_size)
     return ffi::Error::InvalidArgument(
         "jax_dash: backward workspace has " + std::to_string(workspace_f32->element_count()) +
-        " f32 / " + std::to_string(workspace_i32->element_count()) + " i32 elements, expected " +
-        std::to_string(w.f32_size) + " / " + std::to_string(w.i32_size));
-  if (out.element_type() != dout.element_type() || dq->element_type() != dout.element_type())
-    return ffi::Error::InvalidArgument("jax_dash: out, dout and dq must have the query's dtype");
+        " float32 / " + std::to_string(workspace_i32->element_count()) +
+        " int32 elements, expected " + std::to_string(w.f32_size) + " / " +
+        std::to_string(w.i32_size) + " (jax_dash._jax_dash.bwd_workspace_size)");
   p->out = out.untyped_data();
   p->lse = lse.typed_data();
   p->dout = dout.untyped_data();

@@ -133,9 +133,6 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
       e.failure()) {
     return e;
   }
-  if (dk->element_type() != q.element_type() || dv->element_type() != q.element_type()) {
-    return ffi::Error::InvalidArgument("jax_dash: dk/dv must have the key's dtype");
-  }
 #if JAX_DASH_HAVE_SM90_BWD
   p.wave = bwd_wave(p);
   if (p.wave < 1) {

@@ -1,0 +1,91 @@
+"""The FFI handlers' own checks (cuda/ffi_common.h, cuda/ffi.cc), reached by calling the registered
+targets directly with ``jax.ffi.ffi_call`` (the public op never passes such buffers): every wrong
+buffer gets an InvalidArgument naming the buffer, what it is and what is allowed."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_dash import _ffi
+
+pytestmark = pytest.mark.usefixtures("on_cpu")  # the CPU handlers: conftest.py
+
+B, SQ, SK, H, HKV, D = 1, 16, 24, 4, 2, 32
+Q_SHAPE, KV_SHAPE, LSE_SHAPE = (B, SQ, H, D), (B, SK, HKV, D), (B, H, SQ)
+
+
+def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, lse=LSE_SHAPE,
+         schedule=1, key_dtype=None):
+    """Raw backward call; each buffer override is a dtype (or, for lse, a shape)."""
+    q = jnp.ones(Q_SHAPE, dtype)
+    k = jnp.ones(KV_SHAPE, key_dtype or dtype)
+    v = jnp.ones(KV_SHAPE, key_dtype or dtype)
+    out_ = jnp.ones(Q_SHAPE, out or dtype)
+    dout_ = jnp.ones(Q_SHAPE, dout or dtype)
+    lse_ = jnp.zeros(lse, jnp.float32)
+    f32_size, i32_size = _ffi._ext.bwd_workspace_size(B, SQ, SK, H, HKV, D)
+    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, dq or dtype),
+                    jax.ShapeDtypeStruct(KV_SHAPE, dk or dtype),
+                    jax.ShapeDtypeStruct(KV_SHAPE, dv or dtype),
+                    jax.ShapeDtypeStruct((f32_size,), jnp.float32),
+                    jax.ShapeDtypeStruct((i32_size,), jnp.int32))
+    results = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
+        q, k, v, out_, lse_, dout_, scale=np.float32(0.5), is_causal=True,
+        schedule=np.int32(schedule))
+    return jax.block_until_ready(results)
+
+
+def _fwd(dtype=jnp.bfloat16, *, out=None, lse=LSE_SHAPE, query_dtype=None):
+    q = jnp.ones(Q_SHAPE, query_dtype or dtype)
+    k = jnp.ones(KV_SHAPE, dtype)
+    v = jnp.ones(KV_SHAPE, dtype)
+    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, out or dtype),
+                    jax.ShapeDtypeStruct(lse, jnp.float32))
+    results = jax.ffi.ffi_call("jax_dash_fwd", result_types)(
+        q, k, v, scale=np.float32(0.5), is_causal=False)
+    return jax.block_until_ready(results)
+
+
+def test_direct_calls_with_right_buffers_run():
+    dq, dk, dv, _, _ = _bwd()
+    assert dq.dtype == dk.dtype == dv.dtype == jnp.bfloat16
+    out, lse = _fwd()
+    assert out.shape == Q_SHAPE and lse.shape == LSE_SHAPE
+
+
+@pytest.mark.parametrize("buffer, owner", [
+    ("out", "query"), ("dout", "query"), ("dq", "query"), ("dk", "key"), ("dv", "key")])
+@pytest.mark.parametrize("dtype, wrong", [(jnp.bfloat16, jnp.float16),
+                                          (jnp.float16, jnp.float32),
+                                          (jnp.float32, jnp.bfloat16)])
+def test_backward_buffer_with_wrong_dtype(buffer, owner, dtype, wrong):
+    expected = (f"{buffer} has dtype {jnp.dtype(wrong).name}, expected the {owner}'s dtype "
+                f"{jnp.dtype(dtype).name}")
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=re.escape("INVALID_ARGUMENT: jax_dash: " + expected)):
+        _bwd(dtype, **{buffer: wrong})
+
+
+def test_forward_out_with_wrong_dtype():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
+            "jax_dash: out has dtype float32, expected the query's dtype bfloat16")):
+        _fwd(out=jnp.float32)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: _bwd(lse=(B, SQ, H)),
+     f"lse has shape {(B, SQ, H)}, expected [batch, num_heads, seq_q] = {LSE_SHAPE}"),
+    (lambda: _fwd(lse=(B, H, SQ + 1)),
+     f"lse has shape {(B, H, SQ + 1)}, expected [batch, num_heads, seq_q] = {LSE_SHAPE}"),
+    (lambda: _bwd(schedule=7), "unknown schedule id 7; allowed: 0 (ascending) to 4 (atomic)"),
+    (lambda: _fwd(jnp.float32, query_dtype=jnp.int32),
+     "query has dtype int32; allowed: float32, float16, bfloat16"),
+    (lambda: _bwd(jnp.float16, key_dtype=jnp.bfloat16),
+     "query, key and value must have the same dtype, got float16, bfloat16, bfloat16"),
+], ids=["bwd_lse_shape", "fwd_lse_shape", "schedule_id", "query_dtype", "key_dtype"])
+def test_other_buffers_and_attributes(call, message):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(message)):
+        call()

@@ -119,20 +119,53 @@ def test_every_schedule_computes_the_same_function():
 
 
 def test_nan_and_inf_propagate_without_crash():
-    """Non-finite inputs give non-finite outputs exactly where the reference has them."""
+    """Non-finite inputs give non-finite outputs exactly where the reference has them. (The NaN
+    is in the last query, which sees every key, and the Inf in key 0, which every query sees: the
+    reference, like jax.nn, multiplies masked probabilities by zero and so lets non-finite values
+    of masked pairs through, which the CPU kernels do not; see
+    test_non_finite_masked_keys_never_reach_the_results.)"""
     q, k, v, dout = random_inputs(8, 1, 64, 64, 2, 2, 32, jnp.float32)
-    q = q.at[0, 10, 0, 3].set(jnp.nan)
-    v = v.at[0, 5, 1, 0].set(jnp.inf)
+    q = q.at[0, 63, 0, 3].set(jnp.nan)
+    v = v.at[0, 0, 1, 0].set(jnp.inf)
     ours = attention_and_grads(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True),
                                q, k, v, dout)
     ref, _ = references(q, k, v, dout, is_causal=True)
-    assert np.isnan(ours[0][0, 10, 0]).all()        # the NaN query row
-    assert not np.isfinite(ours[0][0, 5:, 1, 0]).any()  # rows that see the Inf value
+    assert np.isnan(ours[0][0, 63, 0]).all()        # the NaN query row
+    assert not np.isfinite(ours[0][0, :, 1, 0]).any()  # rows that see the Inf value
     for name, o, r in zip(("out", "dq", "dk", "dv"), ours, ref):
         o, r = np.asarray(o), np.asarray(r)
         np.testing.assert_array_equal(np.isfinite(o), np.isfinite(r), err_msg=name)
         finite = np.isfinite(r)
         np.testing.assert_allclose(o[finite], r[finite], atol=5e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_non_finite_masked_keys_never_reach_the_results(dtype):
+    """Keys a query cannot see are skipped, not multiplied by a zero probability: NaN/Inf in
+    masked keys and values leave the results of the rows that do not see them bitwise unchanged
+    (they share a tile with them: one 128-row tile here). The GPU kernels do multiply by zero
+    inside the diagonal tile (README, "What is supported")."""
+    q, k, v, dout = random_inputs(10, 2, 40, 64, 4, 2, 32, dtype)
+    fn = lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True)  # noqa: E731
+    clean = [np.asarray(x) for x in attention_and_grads(fn, q, k, v, dout)]
+    # Top-left causal with seq_kv > seq_q: no query sees keys 40..63.
+    k_bad = k.at[:, 40:, 0].set(jnp.nan).at[:, 50:, 1].set(jnp.inf)
+    v_bad = v.at[:, 40:, 1].set(jnp.nan).at[:, 60:, 0].set(-jnp.inf)
+    out, dq, dk, dv = [np.asarray(x) for x in attention_and_grads(fn, q, k_bad, v_bad, dout)]
+    np.testing.assert_array_equal(out, clean[0])
+    np.testing.assert_array_equal(dq, clean[1])
+    np.testing.assert_array_equal(dk, clean[2])
+    np.testing.assert_array_equal(dv, clean[3])
+    assert not dk[:, 40:].any() and not dv[:, 40:].any()
+
+    # Key 30 is masked for queries 0..29 and seen by 30..39 (all in one tile): the forward rows
+    # before it keep their bits, the rows that see it become non-finite.
+    v_bad = v.at[:, 30, 0].set(jnp.inf)
+    k_bad = k.at[:, 30, 1].set(jnp.nan)
+    out = np.asarray(fn(q, k_bad, v_bad).astype(jnp.float32))
+    np.testing.assert_array_equal(out[:, :30], clean[0][:, :30].astype(np.float32))
+    assert not np.isfinite(out[:, 30:, 0:2]).any()  # heads 0, 1 read kv head 0 (Inf value)
+    assert np.isnan(out[:, 30:, 2:4]).all()         # heads 2, 3 read kv head 1 (NaN key)
 
 
 @pytest.mark.parametrize("schedule", ("auto",) + DETERMINISTIC)

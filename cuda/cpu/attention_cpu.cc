@@ -83,12 +83,14 @@ void matmul_abt(const float* a, const float* bt, int64_t rows, int64_t cols, int
   }
 }
 
-// out[r, :] += sum_c p[r, c] * b[c, :]   (p: [rows, cols], b: [cols, head_dim])
+// out[r, :] += sum_{c < row_cols[r]} p[r, c] * b[c, :]   (p: [rows, cols], b: [cols, head_dim]).
+// Columns past row_cols[r] are masked for row r and skipped, not multiplied by a zero p: a
+// non-finite b row there must not reach out (0 * inf = NaN).
 void matmul_acc_pb(const float* p, const float* b, int64_t rows, int64_t cols, int64_t head_dim,
-                   float* out) {
+                   const int64_t* row_cols, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     float* out_row = out + r * head_dim;
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = 0; c < row_cols[r]; ++c) {
       const float p_rc = p[r * cols + c];
       const float* b_row = b + c * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * b_row[d];
@@ -96,12 +98,13 @@ void matmul_acc_pb(const float* p, const float* b, int64_t rows, int64_t cols, i
   }
 }
 
-// out[c, :] += sum_r p[r, c] * a[r, :]   (p: [rows, cols], a: [rows, head_dim])
+// out[c, :] += sum_{r : c < row_cols[r]} p[r, c] * a[r, :]   (p: [rows, cols],
+// a: [rows, head_dim]); masked (r, c) pairs are skipped, as in matmul_acc_pb.
 void matmul_acc_ptb(const float* p, const float* a, int64_t rows, int64_t cols, int64_t head_dim,
-                    float* out) {
+                    const int64_t* row_cols, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* a_row = a + r * head_dim;
-    for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t c = 0; c < row_cols[r]; ++c) {
       const float p_rc = p[r * cols + c];
       float* out_row = out + c * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * a_row[d];
@@ -109,9 +112,12 @@ void matmul_acc_ptb(const float* p, const float* a, int64_t rows, int64_t cols, 
   }
 }
 
-// A key is visible to a query iff it exists and (full mask or key <= query).
-inline bool visible(const AttentionParams& p, int64_t query, int64_t key) {
-  return key < p.seq_kv && (!p.is_causal || key <= query);
+// How many of the keys col0, col0 + 1, ... (a tile of `cols`) the query sees: a key is visible
+// iff it exists and (full mask or key <= query), so the visible keys of a tile are a prefix of it
+// and the products skip the rest.
+inline int64_t visible_count(const AttentionParams& p, int64_t query, int64_t col0, int64_t cols) {
+  const int64_t existing = std::clamp<int64_t>(p.seq_kv - col0, 0, cols);
+  return p.is_causal ? std::clamp<int64_t>(query - col0 + 1, 0, existing) : existing;
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -130,6 +136,7 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
   std::vector<float> q(rows * D), k(block_n * D), kt(D * block_n), v(block_n * D);
   std::vector<float> s(rows * block_n), acc(rows * D, 0.0f);
   std::vector<float> row_max(rows, kNegInf), row_sum(rows, 0.0f);
+  std::vector<int64_t> row_cols(rows);
   load_rows(p.q, p.dtype, L.q_index(b, row0, h), row_stride_q, rows, rows, D, q.data());
 
   const int64_t num_kv_tiles = ceil_div(p.seq_kv, block_n);
@@ -143,11 +150,12 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
     transpose(k.data(), cols, D, kt.data());
     matmul_abt(q.data(), kt.data(), rows, cols, D, s.data());
     for (int64_t r = 0; r < rows; ++r) {
+      row_cols[r] = visible_count(p, row0 + r, col0, cols);
       float* s_row = s.data() + r * cols;
       float tile_max = kNegInf;
       bool has_nan = std::isnan(row_max[r]);
       for (int64_t c = 0; c < cols; ++c) {
-        s_row[c] = visible(p, row0 + r, col0 + c) ? s_row[c] * p.scale : kNegInf;
+        s_row[c] = c < row_cols[r] ? s_row[c] * p.scale : kNegInf;
         if (std::isnan(s_row[c])) has_nan = true;
         if (s_row[c] > tile_max) tile_max = s_row[c];
       }
@@ -169,7 +177,7 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
       float* acc_row = acc.data() + r * D;
       for (int64_t d = 0; d < D; ++d) acc_row[d] *= correction;
     }
-    matmul_acc_pb(s.data(), v.data(), rows, cols, D, acc.data());
+    matmul_acc_pb(s.data(), v.data(), rows, cols, D, row_cols.data(), acc.data());
   }
 
   for (int64_t r = 0; r < rows; ++r) {
@@ -187,10 +195,11 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
 // Per-thread scratch for recomputing one (m, n) tile pair of the backward.
 struct BackwardScratch {
   std::vector<float> q, dout, k, kt, v, vt, s, dp, lse, dsum;
+  std::vector<int64_t> row_cols;  // keys of the KV tile each query row sees (a prefix)
   BackwardScratch(int64_t block_m, int64_t block_n, int64_t D)
       : q(block_m * D), dout(block_m * D), k(block_n * D), kt(D * block_n), v(block_n * D),
         vt(D * block_n), s(block_m * block_n), dp(block_m * block_n), lse(block_m),
-        dsum(block_m) {}
+        dsum(block_m), row_cols(block_m) {}
 };
 
 // Loads Q_m, dO_m, lse, dsum of query tile m (rows past seq_q are zero and fully masked).
@@ -226,7 +235,8 @@ void load_key_tile(const AttentionParams& p, int64_t b, int64_t kvh, int64_t n,
   transpose(t.v.data(), block_n, D, t.vt.data());
 }
 
-// With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D).
+// With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D), t.row_cols <- the
+// keys each row sees (none for padding rows and rows that see no key).
 void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, BackwardScratch& t) {
   const int64_t D = p.head_dim;
   const int64_t block_m = p.tiles.bwd_block_m;
@@ -236,9 +246,10 @@ void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, Backward
   for (int64_t r = 0; r < block_m; ++r) {
     const int64_t query = m * block_m + r;
     const bool row_live = query < p.seq_q && t.lse[r] != kNegInf;
+    t.row_cols[r] = row_live ? visible_count(p, query, n * block_n, block_n) : 0;
     for (int64_t c = 0; c < block_n; ++c) {
       const int64_t idx = r * block_n + c;
-      const bool live = row_live && visible(p, query, n * block_n + c);
+      const bool live = c < t.row_cols[r];
       const float prob = live ? std::exp(t.s[idx] * p.scale - t.lse[r]) : 0.0f;
       t.s[idx] = prob;
       t.dp[idx] = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
@@ -304,8 +315,10 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
       const int64_t m = q_visit_tile(sp, head_linear, static_cast<int>(n), step);
       load_query_tile(p, dsum, b, h, m, t);
       recompute_p_and_ds(p, m, n, t);
-      matmul_acc_ptb(t.s.data(), t.dout.data(), p.tiles.bwd_block_m, block_n, D, dv_part.data());
-      matmul_acc_ptb(t.dp.data(), t.q.data(), p.tiles.bwd_block_m, block_n, D, dk_part.data());
+      matmul_acc_ptb(t.s.data(), t.dout.data(), p.tiles.bwd_block_m, block_n, D,
+                     t.row_cols.data(), dv_part.data());
+      matmul_acc_ptb(t.dp.data(), t.q.data(), p.tiles.bwd_block_m, block_n, D,
+                     t.row_cols.data(), dk_part.data());
     }
     for (int64_t i = 0; i < block_n * D; ++i) {
       dk[i] += dk_part[i];
@@ -363,7 +376,8 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
     load_key_tile(p, b, kvh, n, t);
     recompute_p_and_ds(p, m, n, t);
     std::fill(partial.begin(), partial.end(), 0.0f);
-    matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, partial.data());
+    matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, t.row_cols.data(),
+                  partial.data());
     for (int64_t i = 0; i < block_m * D; ++i) dq_accum[i] += partial[i];
   }
 

@@ -56,6 +56,20 @@ def test_bad_options(kwargs, error, pattern):
         jax_dash.attention(*arrays(), **kwargs)
 
 
+@pytest.mark.parametrize("scale", [1e39, -1e39, 3.5e38, 10**400, np.float64(1e300)],
+                         ids=lambda scale: repr(scale)[:24])
+def test_scale_must_be_finite_in_float32(scale):
+    # The kernels take the scale as float32: these are finite in float64 but inf there.
+    with pytest.raises(ValueError, match=r"scale must be finite, got .*float32.*3\.4028235e\+38"):
+        jax_dash.attention(*arrays(), scale=scale)
+
+
+@pytest.mark.parametrize("scale", [float(np.finfo(np.float32).max), -2.0, 0.0, 1e-50], ids=repr)
+def test_scales_finite_in_float32_are_accepted(scale):
+    out = jax_dash.attention(*arrays(), scale=scale)
+    assert out.shape == (2, 16, 4, 32)
+
+
 def test_numpy_and_python_scalars_are_accepted():
     q, k, v = arrays()
     a = jax_dash.attention(np.asarray(q), np.asarray(k), np.asarray(v), scale=np.float32(0.5),

@@ -14,6 +14,7 @@ optax = pytest.importorskip("optax")
 from flax import nnx  # noqa: E402
 import flax.linen as nn  # noqa: E402
 
+import jax_dash  # noqa: E402
 import jax_dash.flax as jdf  # noqa: E402
 
 BATCH, SEQ, FEATURES, HEADS, VOCAB = 2, 24, 32, 4, 11
@@ -279,8 +280,27 @@ def test_factory_arguments_are_validated():
         jdf.make_attention_fn(is_causal="yes")
     with pytest.raises(ValueError, match="schedule='fast'"):
         jdf.make_attention_fn(schedule="fast")
-    with pytest.raises(ValueError, match="scale=-1"):
-        jdf.make_attention_fn(scale=-1.0)
+    with pytest.raises(ValueError, match="scale must be finite, got 1e"):
+        jdf.make_attention_fn(scale=1e39)
+    with pytest.raises(TypeError, match="scale must be a Python number"):
+        jdf.make_attention_fn(scale="0.5")
+
+
+@pytest.mark.parametrize("scale", [0.125, 3, np.float32(0.5), -1.0, 0.0, 1e39, -1e39, 10**400,
+                                   float("inf"), float("nan"), "0.5", True, jnp.ones(())],
+                         ids=lambda scale: repr(scale)[:24])
+def test_factory_takes_exactly_the_scales_attention_takes(scale):
+    def outcome(call):
+        try:
+            call()
+        except (TypeError, ValueError) as error:
+            return type(error), str(error)
+        return None
+
+    q, k, v = _qkv((1, 16, 2, 8))
+    by_attention = outcome(lambda: jax_dash.attention(q, k, v, scale=scale))
+    by_factory = outcome(lambda: jdf.make_attention_fn(scale=scale))
+    assert by_factory == by_attention
 
 
 def _doc_examples(marker):

@@ -165,13 +165,23 @@ def _check_dtypes(query, key, value):
                         f"{dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
 
 
-def _check_scale(scale, head_dim):
+def _check_scale(scale, head_dim=None):
+    """The softmax scale as a float: ``1 / sqrt(head_dim)`` for None, else a real number that is
+    finite in float32, the precision the kernels take it in (1e39 would become inf there).
+    Also validates ``scale`` for the Flax adapter, which has no head_dim yet (None stays None)."""
     if scale is None:
-        return 1.0 / math.sqrt(head_dim)
+        return None if head_dim is None else 1.0 / math.sqrt(head_dim)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a Python number (it is compiled into the kernel), got "
                         f"{scale!r} of type {type(scale).__name__}")
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return scale
+    try:
+        as_float = float(scale)
+    except OverflowError:  # a Python int beyond float64
+        as_float = math.inf
+    with np.errstate(over="ignore"):
+        finite = bool(np.isfinite(np.float32(as_float)))
+    if not finite:
+        raise ValueError(f"scale must be finite, got {scale!r}: the kernels take it as float32, "
+                         f"whose finite values are at most {float(np.finfo(np.float32).max):.8g} "
+                         "in magnitude")
+    return as_float

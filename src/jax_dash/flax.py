@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_dash
+from jax_dash.attention import _check_scale
 
 __all__ = ["attention_fn", "make_attention_fn"]
 
@@ -122,7 +123,8 @@ def make_attention_fn(
         (NNX passes it) or from a concrete ``mask``. ``True``/``False``: declared; a traced mask
         passed anyway is verified at run time against it.
       schedule: ``jax_dash.attention``'s backward schedule (``"auto"``, ``"ascending"``, ...).
-      scale: logit scale; default ``1/sqrt(head_dim)``, as Flax uses.
+      scale: logit scale; default ``1/sqrt(head_dim)``, as Flax uses. Checked here by the rule of
+        ``jax_dash.attention`` (a real number, finite in float32).
       check_mask: verify a traced mask at run time (default). ``False`` trusts the declared
         ``is_causal`` and does not read the mask.
 
@@ -134,9 +136,7 @@ def make_attention_fn(
         raise TypeError(f"is_causal={is_causal!r} must be None, True or False")
     if not isinstance(schedule, str) or schedule not in jax_dash.SCHEDULES:
         raise ValueError(f"schedule={schedule!r} must be one of {jax_dash.SCHEDULES}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                              or not math.isfinite(scale) or scale <= 0):
-        raise ValueError(f"scale={scale!r} must be None or a positive finite number")
+    _check_scale(scale)  # jax_dash.attention's own rule, so that both take the same scales
     if not isinstance(check_mask, bool):
         raise TypeError(f"check_mask={check_mask!r} must be True or False")
     declared_causal = is_causal

@@ -82,13 +82,11 @@ struct BwdTraits {
   using SmemLayoutdS = decltype(composition(
       SmemLayoutPt{}, make_layout(Shape<BlockM, BlockN>{}, Stride<BlockN, _1>{})));  // (Bm, Bn)
 
-  // cp.async, 16 bytes per thread per copy, rows of head_dim elements.
+  // cp.async, 16 bytes per thread per copy, rows of head_dim elements: thread t copies chunk
+  // t % kChunksPerRow of rows t / kChunksPerRow + i * kRowsPerPass.
   static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
-  using GmemTiledCopy = decltype(make_tiled_copy(
-      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
-      Layout<Shape<Int<kThreads / kChunksPerRow>, Int<kChunksPerRow>>,
-             Stride<Int<kChunksPerRow>, _1>>{},
-      Layout<Shape<_1, Int<16 / int(sizeof(Element))>>>{}));
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
 
   static constexpr int kStages = 2;  // Q/dO double buffering
   static constexpr int kSmemAlign = 1024;  // 128-byte swizzle atoms repeat every 1024 bytes
@@ -120,6 +118,12 @@ __device__ __forceinline__ int ld_acquire_gpu(const int32_t* ptr) {
 
 __device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
+// Fire-and-forget fp32 add of two adjacent floats at L2 (8-byte aligned address).
+__device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y)
+               : "memory");
 }
 
 __device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t ticket) {
@@ -159,26 +163,39 @@ __device__ __forceinline__ void gemm_ss(TiledMma& mma, TA const& tA, TB const& t
   warpgroup_fence_operand(tC);
 }
 
-// Copies kRows x head_dim rows (row stride row_stride elements) to a swizzled smem tile; rows at or
-// past rows_valid are zero-filled so that out-of-range keys/queries contribute exact zeros.
-template <class Traits, int kRows, class SmemTensor>
-__device__ __forceinline__ void load_rows(const typename Traits::Element* gbase, int64_t row_stride,
-                                          int64_t rows_valid, SmemTensor&& s_tile, int tid) {
-  typename Traits::GmemTiledCopy tiled_copy;
-  auto thr_copy = tiled_copy.get_thread_slice(tid);
-  Tensor g_tile = make_tensor(make_gmem_ptr(gbase),
-                              make_shape(Int<kRows>{}, Int<Traits::kHeadDim>{}),
-                              make_stride(row_stride, _1{}));  // (kRows, d)
-  Tensor c_tile = make_identity_tensor(Shape<Int<kRows>, Int<Traits::kHeadDim>>{});
-  Tensor tg = thr_copy.partition_S(g_tile);  // (CPY, CPY_M, CPY_K)
-  Tensor ts = thr_copy.partition_D(s_tile);  // (CPY, CPY_M, CPY_K)
-  Tensor tc = thr_copy.partition_S(c_tile);  // (CPY, CPY_M, CPY_K)
-  CUTE_UNROLL
-  for (int i = 0; i < size<1>(tg); ++i) {
-    if (get<0>(tc(0, i, 0)) < rows_valid) {
-      cute::copy(tiled_copy, tg(_, i, _), ts(_, i, _));
-    } else {
-      cute::clear(ts(_, i, _));
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t smem, const void* gmem, bool valid) {
+  // With src-size 0 nothing is read and the 16 bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// Copies kRows x head_dim rows of one or two tensors with the same row stride (row stride
+// row_stride elements, row 0 valid) to swizzled smem tiles of one layout; rows at or past
+// rows_valid are zero-filled so that out-of-range keys/queries contribute exact zeros. Written out
+// by hand (not a CuTe tiled copy over an identity tensor): this runs every step, and the generic
+// version cost ~500 instructions of 64-bit address math per warp per tile. The pass loop is kept
+// rolled and the thread index re-read (volatile, so not hoisted) so that the copy needs only a few
+// registers next to the live accumulators (hd 64 spilled inside the step loop otherwise).
+template <class Traits, int kRows, int kTensors, class SmemLayout>
+__device__ __forceinline__ void load_rows(const typename Traits::Element* const (&gbase)[kTensors],
+                                          int64_t row_stride, int64_t rows_valid,
+                                          typename Traits::Element* const (&smem)[kTensors],
+                                          SmemLayout layout) {
+  using Element = typename Traits::Element;
+  constexpr int kChunk = 16 / int(sizeof(Element));  // elements per 16-byte copy
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const int r0 = static_cast<int>(tid) / Traits::kChunksPerRow;
+  const int c0 = (static_cast<int>(tid) % Traits::kChunksPerRow) * kChunk;
+#pragma unroll 1
+  for (int r = r0; r < kRows; r += Traits::kRowsPerPass) {
+    const bool valid = r < rows_valid;
+    const int64_t g_off = valid ? r * row_stride + c0 : 0;
+    const uint32_t s_off = static_cast<uint32_t>(layout(r, c0)) * sizeof(Element);
+    CUTE_UNROLL
+    for (int t = 0; t < kTensors; ++t) {
+      cp_async_16_zfill(cute::cast_smem_ptr_to_uint(smem[t]) + s_off, gbase[t] + g_off, valid);
     }
   }
 }
@@ -305,14 +322,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     auto load_q_stage = [&](int stage, int m) {
       const int64_t row0 = static_cast<int64_t>(m) * kBlockM;
-      load_rows<Traits, kBlockM>(q_head + row0 * q_row_stride, q_row_stride, p.seq_q - row0,
-                                 make_tensor(make_smem_ptr(smem.q[stage]),
-                                             typename Traits::SmemLayoutQ{}),
-                                 tid);
-      load_rows<Traits, kBlockM>(do_head + row0 * q_row_stride, q_row_stride, p.seq_q - row0,
-                                 make_tensor(make_smem_ptr(smem.dout[stage]),
-                                             typename Traits::SmemLayoutQ{}),
-                                 tid);
+      const Element* const src[2] = {q_head + row0 * q_row_stride, do_head + row0 * q_row_stride};
+      Element* const dst[2] = {smem.q[stage], smem.dout[stage]};
+      load_rows<Traits, kBlockM>(src, q_row_stride, p.seq_q - row0, dst,
+                                 typename Traits::SmemLayoutQ{});
       constexpr int kVecs = kBlockM / 4;  // 16-byte copies of fp32 rows
       const int64_t off = static_cast<int64_t>(head_linear) * rows_q + row0;
       if (tid < kVecs) {
@@ -325,10 +338,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     {
       const int n = item_kv_tile(sp, item, j);
       const int64_t kv0 = static_cast<int64_t>(n) * kBlockN;
-      load_rows<Traits, kBlockN>(k_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sK,
-                                 tid);
-      load_rows<Traits, kBlockN>(v_head + kv0 * kv_row_stride, kv_row_stride, p.seq_kv - kv0, sV,
-                                 tid);
+      const Element* const src[2] = {k_head + kv0 * kv_row_stride, v_head + kv0 * kv_row_stride};
+      Element* const dst[2] = {smem.k, smem.v};
+      load_rows<Traits, kBlockN>(src, kv_row_stride, p.seq_kv - kv0, dst,
+                                 typename Traits::SmemLayoutKV{});
       // Visit order and tickets of this KV tile go to smem while no accumulator is live: the
       // schedule functions are too register-hungry to evaluate next to dK/dV in the step loop.
       const int num_steps = q_visit_count(sp, head_linear, n);
@@ -375,6 +388,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // lse_log2 = +inf, so their P is already 0).
         const bool need_mask =
             kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
+        // Key row r of the tile is masked if past seq_kv or, causal, if kv0 + r > q0 + c. At hd 64
+        // it is tested in 32 bits (r >= kv_rows, r - c > diag; diag clamped, |r - c| < 2^8): the
+        // 64-bit form spilled inside the step loop there. At hd 128 the 64-bit form is the one
+        // that ptxas allocates without spills in the loop (both checked on the SASS).
+        const int kv_rows = static_cast<int>(cute::min(p.seq_kv - kv0, int64_t(kBlockN)));
+        const int diag = static_cast<int>(cute::max(cute::min(q0 - kv0, int64_t(1) << 20),
+                                                    -(int64_t(1) << 20)));
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         CUTE_UNROLL
@@ -382,10 +402,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int r = get<0>(tScS(i));  // kv row in tile
           const int c = get<1>(tScS(i));  // q row in tile
           float prob = exp2f(tSrS(i) * scale_log2 - s_lse[c]);
-          if (need_mask) {
-            const int64_t kv = kv0 + r;
-            const int64_t qi = q0 + c;
-            if (kv >= p.seq_kv || (p.is_causal && kv > qi)) prob = 0.f;
+          if constexpr (kHeadDim == 128) {
+            if (need_mask) {
+              const int64_t kv = kv0 + r;
+              if (kv >= p.seq_kv || (p.is_causal && kv > q0 + c)) prob = 0.f;
+            }
+          } else {
+            if (need_mask && (r >= kv_rows || (p.is_causal && r - c > diag))) prob = 0.f;
           }
           tSrS(i) = prob;
         }
@@ -411,7 +434,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
         Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
         Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-        // dQ first: its add into dq_accum (ticket wait, L2 round trips, fence) then runs while the
+        // dQ first: its add into dq_accum (ticket wait, reductions, release) then runs while the
         // dV and dK wgmmas are still in flight.
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
@@ -429,30 +452,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         auto dq_addr = [&](int k) {
           const int r = get<0>(tdQc(2 * k));
           const int c = get<1>(tdQc(2 * k));
-          return reinterpret_cast<float2*>(dq_tile + r * kHeadDim + c);
+          return dq_tile + r * kHeadDim + c;
         };
+        // One fp32 reduction per element at L2 (red.global.add.v2.f32, no round trip to the SM).
+        // Deterministic schedules add only while holding tile m's ticket, and release it only
+        // after the CTA barrier, so the adds of successive contributors reach each element in
+        // ticket order: the same sequence of fp32 additions, hence the same bits, on every run.
+        CUTE_UNROLL
+        for (int k = 0; k < kPairs; ++k) red_add_f32x2(dq_addr(k), tdQrdQ(2 * k), tdQrdQ(2 * k + 1));
         if (deterministic) {
-          // All loads first, then the adds and stores: one L2 round trip per step instead of one
-          // per pair (a store between loads kept the compiler from batching them). Each element
-          // still gets exactly one add by the same thread, so the bits are unchanged.
-          float2 acc[kPairs];
-          CUTE_UNROLL
-          for (int k = 0; k < kPairs; ++k) acc[k] = __ldcg(dq_addr(k));
-          CUTE_UNROLL
-          for (int k = 0; k < kPairs; ++k) {
-            acc[k].x += tdQrdQ(2 * k);
-            acc[k].y += tdQrdQ(2 * k + 1);
-            __stcg(dq_addr(k), acc[k]);
-          }
-        } else {
-          CUTE_UNROLL
-          for (int k = 0; k < kPairs; ++k) {
-            atomicAdd(dq_addr(k), make_float2(tdQrdQ(2 * k), tdQrdQ(2 * k + 1)));
-          }
-        }
-        if (deterministic) {
-          __threadfence();
-          __syncthreads();  // every add of this CTA is complete before the release
+          // bar.sync orders every thread's reductions before thread 0's release at GPU scope
+          // (release is cumulative, PTX memory model), so the next ticket holder's acquire sees
+          // them all; no per-thread fence is needed.
+          __syncthreads();
           if (tid == 0) red_release_gpu_add(sem, 1);
         }
         // dV/dK done before the next step's barrier, which then also means: no wgmma of this step

@@ -28,8 +28,8 @@ DRIVER=$(find build -name jax_dash_sm90_check -type f -perm -u+x | head -n 1)
 echo "driver: $DRIVER"
 OUT=$OUT LIMIT=150 bash scripts/sanitize.sh "$DRIVER" >"$OUT/sanitize.log" 2>&1 &
 san_pid=$!
-if [[ -n "${TEST_K:-}" ]]; then step gpu_tests 420 env OUT="$OUT" bash scripts/gpu_tests.sh 4 -k "$TEST_K"
-else step gpu_tests 420 env OUT="$OUT" bash scripts/gpu_tests.sh 4; fi
+if [[ -n "${TEST_K:-}" ]]; then step gpu_tests 420 env OUT="$OUT" bash scripts/gpu_tests.sh ${SHARDS:-6} -k "$TEST_K"
+else step gpu_tests 420 env OUT="$OUT" bash scripts/gpu_tests.sh ${SHARDS:-6}; fi
 wait $san_pid; san_rc=$?
 results+=("$(printf '%-12s %-10s' sanitize "$([[ $san_rc -eq 0 ]] && echo ok || echo "FAIL rc=$san_rc")")")
 echo "== sanitize"; cat "$OUT/sanitize.log"
@@ -44,5 +44,8 @@ if [[ "${SKIP_NCU:-0}" != 1 ]]; then
     >"$OUT/ncu_bwd_sass.csv" 2>&1
   gzip -f "$OUT/ncu_bwd_sass.csv"
 fi
+# Few files come back from the device machine: pack the logs into one archive.
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.ncu-rep' *.log *.txt *.csv.gz 2>/dev/null \
+  && rm -f *.log *.txt *.csv.gz)
 echo "==== summary ($((SECONDS - T0))s)"
 printf '%s\n' "${results[@]}"

@@ -155,6 +155,15 @@ def test_dropout_in_training_is_refused():
                                mha(x, x, x, inference=True), atol=1e-5)
 
 
+def test_different_qk_and_vo_sizes_are_refused():
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, qk_size=16, vo_size=8, key=jax.random.key(6))
+    x = jnp.ones((SEQ, FEATURES))
+    with pytest.raises(ValueError, match="qk_size=16 and vo_size=8"):
+        jde.multihead_attention(mha, x, x, x)
+    with pytest.raises(ValueError, match=r"value's head_dim \(8\) must equal query's \(16\)"):
+        jde.single_head_attention(jnp.ones((SEQ, 16)), jnp.ones((SEQ, 16)), jnp.ones((SEQ, 8)))
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="num_heads=4 must be a multiple of num_kv_heads=3"):
         jde.SelfAttention(FEATURES, HEADS, num_kv_heads=3, key=jax.random.key(0))

@@ -44,6 +44,9 @@ def single_head_attention(query, key, value, *, scale=None, is_causal=False, sch
         if jnp.ndim(x) != 2:
             raise ValueError(f"{name} must be [seq, head_dim] (one head, unbatched); got shape "
                              f"{jnp.shape(x)}. Use jax_dash.attention for [seq, heads, head_dim].")
+    if jnp.shape(value)[-1] != jnp.shape(query)[-1]:
+        raise ValueError(f"value's head_dim ({jnp.shape(value)[-1]}) must equal query's "
+                         f"({jnp.shape(query)[-1]}): jax_dash needs one head_dim for q, k and v")
     out = jax_dash.attention(query[:, None], key[:, None], value[:, None], scale=scale,
                              is_causal=is_causal, schedule=schedule)
     return out[:, 0]
@@ -77,6 +80,10 @@ def multihead_attention(
     """
     if not isinstance(mha, eqx.nn.MultiheadAttention):
         raise TypeError(f"mha must be an equinox.nn.MultiheadAttention, got {type(mha).__name__}")
+    if mha.qk_size != mha.vo_size:
+        raise ValueError(f"mha has qk_size={mha.qk_size} and vo_size={mha.vo_size}: jax_dash "
+                         "needs equal head sizes for queries/keys and values; build the module "
+                         "with qk_size == vo_size, or call it directly")
     inference = mha.dropout.inference if inference is None else inference
     _check_not_training_dropout(mha.dropout.p, inference)
     for name, x in (("query", query), ("key_", key_), ("value", value)):

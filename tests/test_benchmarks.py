@@ -19,6 +19,25 @@ import bench_attention  # noqa: E402
 import bench_numerics  # noqa: E402
 
 
+def test_schedule_lists_match_the_package(monkeypatch):
+    """_grid spells the schedules out (its parent process imports no jax_dash): they must be
+    jax_dash's. bwd_schedules_sm90 imports jax_dash and derives them."""
+    import importlib.util
+
+    import jax_dash
+    from jax_dash import _ffi
+
+    assert _grid.SCHEDULES == jax_dash.SCHEDULES
+    assert _grid.DETERMINISTIC_SCHEDULES == tuple(s for s in jax_dash.SCHEDULES if s != "atomic")
+    monkeypatch.setitem(_ffi.SCHEDULE_IDS, "new", len(_ffi.SCHEDULE_IDS))
+    spec = importlib.util.spec_from_file_location("_fresh_bwd_schedules_sm90",
+                                                  BENCH_DIR / "bwd_schedules_sm90.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SCHEDULES == tuple(_ffi.SCHEDULE_IDS)
+    assert module.SCHEDULES[-1] == "new"
+
+
 def test_flops_follow_the_paper_convention():
     p = _grid.Point(head_dim=128, seq=4096, mask="full", batch=4, heads=16)
     assert _grid.forward_flops(p) == 4 * 4 * 16 * 4096 * 4096 * 128

@@ -21,6 +21,27 @@ TINY_ARGS = ["--steps", "3", "--seq", "32", "--layers", "1", "--heads", "2", "--
 pytestmark = pytest.mark.usefixtures("on_cpu")  # float32 CPU tests (conftest.py)
 
 
+def _fresh_import(module, name, monkeypatch):
+    """Executes ``module``'s source again as a new module (the loaded one stays as it is)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    fresh = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, fresh)  # dataclasses look their module up there
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def test_schedule_choices_come_from_the_package(monkeypatch):
+    import jax_dash.attention  # noqa: F401  (the module, not the function of that name)
+
+    attention_module = sys.modules["jax_dash.attention"]
+    assert demo.SCHEDULE_CHOICES == attention_module.SCHEDULES
+    # Derived, not a copy: a schedule added to the package reaches the demo's choices.
+    monkeypatch.setattr(attention_module, "SCHEDULES", attention_module.SCHEDULES + ("new",))
+    assert _fresh_import(demo, "_fresh_demo", monkeypatch).SCHEDULE_CHOICES[-1] == "new"
+
+
 def test_corpus_ships_with_package():
     text = demo.load_corpus()
     assert len(text) > 4096

@@ -30,8 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax_dash.attention import SCHEDULES
+
 ATTENTION_CHOICES = ("jax_dash", "cudnn", "xla")
-SCHEDULE_CHOICES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic")
+SCHEDULE_CHOICES = SCHEDULES  # jax_dash.attention's, "auto" first
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 
 # Optimizer constants: AdamW with global-norm clipping, the usual small-transformer recipe.

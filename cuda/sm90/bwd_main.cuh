@@ -87,6 +87,14 @@ struct BwdTraits {
   static constexpr int kChunksPerRow = kHeadDim * int(sizeof(Element)) / 16;
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
+  // At hd 64 (S/dP accumulators twice as large) the hand-written copy made ptxas spill inside the
+  // step loop and was slower; there the copy stays a CuTe tiled copy (checked on the SASS and
+  // timed on an H100: benchmarks/results/perf-notes.md).
+  static constexpr bool kHandWrittenCopy = kHeadDim == 128;
+  using GmemTiledCopy = decltype(make_tiled_copy(
+      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+      Layout<Shape<Int<kRowsPerPass>, Int<kChunksPerRow>>, Stride<Int<kChunksPerRow>, _1>>{},
+      Layout<Shape<_1, Int<16 / int(sizeof(Element))>>>{}));
 
   static constexpr int kStages = 2;  // Q/dO double buffering
   static constexpr int kSmemAlign = 1024;  // 128-byte swizzle atoms repeat every 1024 bytes
@@ -183,16 +191,45 @@ __device__ __forceinline__ void load_rows(const typename Traits::Element* const 
                                           typename Traits::Element* const (&smem)[kTensors],
                                           SmemLayout layout) {
   using Element = typename Traits::Element;
+  if constexpr (!Traits::kHandWrittenCopy) {
+    const int tid = threadIdx.x;
+    typename Traits::GmemTiledCopy tiled_copy;
+    auto thr_copy = tiled_copy.get_thread_slice(tid);
+    Tensor c_tile = make_identity_tensor(Shape<Int<kRows>, Int<Traits::kHeadDim>>{});
+    Tensor tc = thr_copy.partition_S(c_tile);  // (CPY, CPY_M, CPY_K)
+    CUTE_UNROLL
+    for (int t = 0; t < kTensors; ++t) {
+      Tensor g_tile = make_tensor(make_gmem_ptr(gbase[t]),
+                                  make_shape(Int<kRows>{}, Int<Traits::kHeadDim>{}),
+                                  make_stride(row_stride, _1{}));  // (kRows, d)
+      Tensor tg = thr_copy.partition_S(g_tile);
+      Tensor ts = thr_copy.partition_D(make_tensor(make_smem_ptr(smem[t]), layout));
+      CUTE_UNROLL
+      for (int i = 0; i < size<1>(tg); ++i) {
+        if (get<0>(tc(0, i, 0)) < rows_valid) {
+          cute::copy(tiled_copy, tg(_, i, _), ts(_, i, _));
+        } else {
+          cute::clear(ts(_, i, _));
+        }
+      }
+    }
+    return;
+  }
   constexpr int kChunk = 16 / int(sizeof(Element));  // elements per 16-byte copy
   uint32_t tid;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
   const int r0 = static_cast<int>(tid) / Traits::kChunksPerRow;
   const int c0 = (static_cast<int>(tid) % Traits::kChunksPerRow) * kChunk;
+  Tensor s_first = make_tensor(make_smem_ptr(smem[0]), layout);
+  const uint32_t s_first_base = cute::cast_smem_ptr_to_uint(smem[0]);
 #pragma unroll 1
   for (int r = r0; r < kRows; r += Traits::kRowsPerPass) {
     const bool valid = r < rows_valid;
     const int64_t g_off = valid ? r * row_stride + c0 : 0;
-    const uint32_t s_off = static_cast<uint32_t>(layout(r, c0)) * sizeof(Element);
+    // The swizzle of these layouts acts on the smem address, so the offset is taken through a
+    // tensor over a real smem pointer (evaluating the layout alone gives the unswizzled offset).
+    // Every destination is 1024-byte aligned, so one offset serves all of them.
+    const uint32_t s_off = cute::cast_smem_ptr_to_uint(&s_first(r, c0)) - s_first_base;
     CUTE_UNROLL
     for (int t = 0; t < kTensors; ++t) {
       cp_async_16_zfill(cute::cast_smem_ptr_to_uint(smem[t]) + s_off, gbase[t] + g_off, valid);
@@ -388,13 +425,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // lse_log2 = +inf, so their P is already 0).
         const bool need_mask =
             kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
-        // Key row r of the tile is masked if past seq_kv or, causal, if kv0 + r > q0 + c. At hd 64
-        // it is tested in 32 bits (r >= kv_rows, r - c > diag; diag clamped, |r - c| < 2^8): the
-        // 64-bit form spilled inside the step loop there. At hd 128 the 64-bit form is the one
-        // that ptxas allocates without spills in the loop (both checked on the SASS).
-        const int kv_rows = static_cast<int>(cute::min(p.seq_kv - kv0, int64_t(kBlockN)));
-        const int diag = static_cast<int>(cute::max(cute::min(q0 - kv0, int64_t(1) << 20),
-                                                    -(int64_t(1) << 20)));
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         CUTE_UNROLL
@@ -402,13 +432,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int r = get<0>(tScS(i));  // kv row in tile
           const int c = get<1>(tScS(i));  // q row in tile
           float prob = exp2f(tSrS(i) * scale_log2 - s_lse[c]);
-          if constexpr (kHeadDim == 128) {
-            if (need_mask) {
-              const int64_t kv = kv0 + r;
-              if (kv >= p.seq_kv || (p.is_causal && kv > q0 + c)) prob = 0.f;
-            }
-          } else {
-            if (need_mask && (r >= kv_rows || (p.is_causal && r - c > diag))) prob = 0.f;
+          if (need_mask) {
+            const int64_t kv = kv0 + r;
+            if (kv >= p.seq_kv || (p.is_causal && kv > q0 + c)) prob = 0.f;
           }
           tSrS(i) = prob;
         }

@@ -8,12 +8,19 @@
 //     is active under the mask; causal is top-left: query i sees key j iff j <= i).
 //   item: one unit of work for one CTA (a KV tile, or a pair of KV tiles for symmetric_shift).
 //     Items are numbered globally g = head_linear * items_per_head + item.
-//   wave: G items resident at once. CTA c runs items c, c+G, c+2G, ..., so wave w is the items
-//     [wG, (w+1)G); a head's items may straddle waves and a wave may hold several heads.
+//   wave: the wave width W = the number of items resident at once (on the GPU the persistent grid,
+//     min(resident CTAs from the occupancy query, total items); on the CPU kCpuWave). The GPU's
+//     CTAs take items one at a time, in increasing g, from an atomic counter (in-order dynamic
+//     fetch): a CTA that finishes an item takes the next untaken one.
+//   slice: a head's own items [0, items_per_head) are cut into slices of W consecutive items,
+//     slice k = items [kW, min((k+1)W, items_per_head)) (wave_slice below; the last one may be
+//     shorter). Slices are PER HEAD: they do not depend on head_linear, the batch size, the number
+//     of heads or the place of the head in the batch. When W >= items_per_head the whole head is
+//     one slice.
 //   ticket(m, n): the position of contribution (m, n) in tile m's reduction order; the tickets of
-//     one tile are a permutation of 0..K(m)-1, K(m) = number of KV tiles that tile m sees.
-//   For a head and the wave holding a given item, [lo, hi) are the head's items in that wave
-//   (wave_slice below): lo items of the head ran in earlier waves.
+//     one tile are a permutation of 0..K(m)-1, K(m) = number of KV tiles that tile m sees. For
+//     shift and symmetric_shift, [lo, hi) below are the slice holding the item: the contributions
+//     of the head's earlier slices (lo items) come first, then the slice's in arrival order.
 //
 // Schedules (what each does, and what it becomes where its preconditions fail):
 //   ascending   item = KV tile n; visits its Q tiles m ascending; ticket = n (ascending n).
@@ -21,21 +28,22 @@
 //               deadlock-free for any wave, and its tickets do not depend on the wave.
 //   descending  as ascending, but Q tiles visited descending. Same tickets (so the same dQ bits).
 //               Causal: every item starts on the last Q tile and item j idles only ~j*r.
-//   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a wave starts
-//               on a different tile); ticket = lo + arrival rank of n at tile m among the wave's
-//               items [lo, hi), arrival ordered by (step, item). When the wave holds more of the
-//               head's items than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile
-//               at the same step and the smaller one goes first (defined, no assertion).
+//   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a slice starts
+//               on a different tile); ticket = lo + arrival rank of n at tile m among the slice's
+//               items [lo, hi), arrival ordered by (step, item). When a slice holds more items
+//               than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile at the same
+//               step and the smaller one goes first (defined, no assertion).
 //               Fallback: causal masks behave as `descending`.
-//               Tickets depend on the wave width (through lo, hi).
+//               Tickets depend on the slices, i.e. on min(W, Nkv) (see "What the bits depend on").
 //   symmetric_shift  causal, seq_q == seq_kv, Nkv even, block_n >= block_m: item p (of Nkv/2)
 //               takes the long KV column p then the short one Nkv-1-p, so every item has (nearly)
 //               the same number of tile steps. With P = Nkv/2 and f = first_q_tile: the long column
 //               visits f(p), f(p)+1, ..., f(P)-1 ascending, then Nq-1 down to f(P); the short column
-//               visits Nq-1 down to f(Nkv-1-p). At every step the items of a wave are on distinct Q
-//               tiles (no item ever waits on another of its wave), and tickets follow that arrival
-//               order: earlier waves' contributions first, then long columns (larger p first), then
-//               short columns. Tickets depend on the wave width.
+//               visits Nq-1 down to f(Nkv-1-p). At every step the items of a slice are on distinct
+//               Q tiles (items that move in step never wait on each other), and tickets follow that
+//               arrival order: the head's earlier slices' contributions first, then the slice's
+//               long columns (larger p first), then its short columns (larger p first).
+//               Tickets depend on the slices, i.e. on min(W, Nkv/2).
 //               Fallbacks: full mask -> `shift`; causal with odd Nkv, seq_q != seq_kv, Nkv < 2 or
 //               block_n < block_m -> `descending`.
 //   atomic      no tickets (fp32 atomics, any order); visit order of `descending`. dq_ticket
@@ -44,10 +52,39 @@
 // functions actually do. GQA dK/dV: the query heads of a group add their partial dK_n/dV_n in
 // head order (dkv_ticket = head_in_group): always a smaller global item, wave-independent.
 //
-// Deadlock freedom (any wave >= 1, assuming the G items of a wave are co-resident): every ticket
-// wait is on an item of an earlier wave, or on an item of the same wave at an earlier step (or the
-// same step and a smaller item), so the order (wave, step, item) is a topological order of the
-// item-order + ticket-order DAG. src/jax_dash/schedules.py checks this by simulation.
+// What the bits depend on. ascending/descending (and every GQA dK/dV order): the head's shape
+// only. shift/symmetric_shift: the head's shape and its slices, i.e. min(W, items_per_head); never
+// head_linear, the batch size, the number of heads or how a call is sharded, so every schedule is
+// batch- and sharding-invariant. On the GPU W = min(resident CTAs, total items) and total items >=
+// items_per_head, so min(W, items_per_head) = min(resident CTAs, items_per_head): on a given GPU a
+// head's tickets are the same in any batch. When resident CTAs >= items_per_head (132 SMs, one
+// backward CTA each: Nkv <= 132 for shift, Nkv <= 264 for symmetric_shift) the head is one slice
+// and its tickets are also those of every GPU with at least as many resident CTAs and of the CPU
+// kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
+//
+// Deadlock freedom. Assumed (cuda/sm90/bwd_main.cuh does this): G >= W CTAs, all co-resident (the
+// grid never exceeds the occupancy query), take items one at a time in increasing global order
+// from an atomic counter; a CTA that waits for a ticket keeps its item. Then no schedule deadlocks,
+// for any W >= 1:
+//   (1) Every ticket wait of an item x of head h and slice S is on a contribution of h's earlier
+//       slices (their dQ contributions take the first tickets), of S itself, or of an earlier head
+//       of x's GQA group (dkv_ticket = head_in_group). The first and last are global items
+//       < min(S); S is a contiguous range of <= W global items that contains x.
+//   (2) Inside S every wait is on a contribution at an earlier step of its item, or at the same step
+//       of a smaller item (shift with R > Nq): (step, item) orders S's ticket and item-order edges,
+//       so they form no cycle when all of S's items run at once.
+//   (3) Suppose no CTA can progress. Let x be the smallest unfinished item; by in-order fetch every
+//       item < x is finished. If x were untaken, every taken item would be < x, hence finished,
+//       and a free CTA would take x; so x is held. If a CTA were free with items left, it would take
+//       one; so either every item is taken, or the G CTAs hold G distinct unfinished items >= x and
+//       the taken prefix reaches x + G - 1 >= min(S) + W - 1 >= max(S). Either way every item of S
+//       is taken: its unfinished items are held, i.e. running together. Their waits outside S are
+//       on finished items (1). Of their next nodes take the first in (step, item) order: by (2) it
+//       waits only on finished nodes, so it runs. Contradiction.
+// ascending, descending and atomic only ever wait on smaller items (or not at all), so they need
+// only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
+// what is resident), which is why W comes from the occupancy query and is never a constant.
+// src/jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
 #pragma once
 
 #include <cstdint>
@@ -123,7 +160,7 @@ JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 
 // ---- fallbacks --------------------------------------------------------------------------------
 
 // symmetric_shift's pairing needs equal-length causal columns that pair up: Nkv even, square
-// causal mask, and first_q_tile strictly increasing (block_n >= block_m) so that a wave's items
+// causal mask, and first_q_tile strictly increasing (block_n >= block_m) so that a slice's items
 // are on distinct Q tiles at every step.
 JAX_DASH_HD inline bool symmetric_shift_applies(const ScheduleProblem& p) {
   return p.is_causal && p.seq_q == p.seq_kv && p.num_kv_tiles >= 2 && p.num_kv_tiles % 2 == 0 &&
@@ -169,21 +206,20 @@ JAX_DASH_HD inline int kv_tile_item(const ScheduleProblem& p, int n) {
   return n < mirror ? n : mirror;
 }
 
-// This head's items that share a wave with `item`: [first, end). first = its items in earlier waves.
+// The slice of this head's items that holds `item`: [first, end). first = the head's items in
+// earlier slices. Per head: independent of `head` (kept for the callers) and of head_linear.
 struct WaveSlice {
   int first;
   int end;
 };
 
-JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int head, int item) {
+JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int /*head*/, int item) {
   const int64_t per_head = items_per_head(p);
   const int64_t width = wave_width(p);
-  const int64_t head_start = static_cast<int64_t>(head) * per_head;
-  const int64_t wave_start = ((head_start + item) / width) * width;
-  const int64_t first = wave_start - head_start;
+  const int64_t first = (static_cast<int64_t>(item) / width) * width;
   const int64_t end = first + width;
   WaveSlice s;
-  s.first = static_cast<int>(first > 0 ? first : 0);
+  s.first = static_cast<int>(first);
   s.end = static_cast<int>(end < per_head ? end : per_head);
   return s;
 }
@@ -233,7 +269,7 @@ JAX_DASH_HD inline int64_t count_low_residues(int64_t z_end, int64_t period, int
   return (z_end / period) * k + (rem < k ? rem : k);
 }
 
-// shift: rank of item n's arrival at tile m among the wave's items [lo, hi). Item x reaches m at
+// shift: rank of item n's arrival at tile m among the slice's items [lo, hi). Item x reaches m at
 // step (m - x) mod Nq; ties (possible only when hi - lo > Nq) go to the smaller item.
 JAX_DASH_HD inline int shift_arrival_rank(int nq, int lo, int hi, int m, int n) {
   const int64_t period = nq;
@@ -256,7 +292,7 @@ JAX_DASH_HD inline int symmetric_shift_ticket(const ScheduleProblem& p, int head
   const int item = long_column ? n : nkv - 1 - n;
   const WaveSlice s = wave_slice(p, head, item);
   const int seen = num_kv_tiles_seen(p, m);
-  // Contributions to m from this head's earlier waves: long columns p < seen, short columns
+  // Contributions to m from this head's earlier slices: long columns p < seen, short columns
   // nkv-1-p < seen.
   const int long_before = s.first < seen ? s.first : seen;
   const int short_before = s.first - (nkv - seen) > 0 ? s.first - (nkv - seen) : 0;
@@ -266,7 +302,8 @@ JAX_DASH_HD inline int symmetric_shift_ticket(const ScheduleProblem& p, int head
     const int end = s.end < seen ? s.end : seen;
     return before + (end - 1 - item);
   }
-  // Every long column of the wave reaches m before any short column; within each, larger p first.
+  // Every long column of the slice reaches m before any short column; within each, larger p
+  // first.
   const int rank_in_kind = s.end - 1 - item;
   return before + (long_column ? rank_in_kind : (s.end - s.first) + rank_in_kind);
 }

@@ -108,14 +108,36 @@ def test_batch_invariance(is_causal):
             np.testing.assert_array_equal(np.asarray(a[index]), np.asarray(b[0]))
 
 
-def test_every_schedule_computes_the_same_function():
-    q, k, v, dout = random_inputs(7, 1, 600, 600, 2, 2, 64, jnp.float32)
-    ref, naive = references(q, k, v, dout, is_causal=True)
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 1000, 1000, 2, 2, 64), (2, 768, 768, 4, 2, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_every_schedule_computes_the_same_function(shape, is_causal):
+    """Every schedule, with shapes where each really runs as itself: an even Nkv >= 4 (8 with a
+    partial last tile; 6 with GQA) and seq_q == seq_kv, so shift (full mask) and symmetric_shift
+    (causal) do not fall back to descending. Checked through the effective schedule that
+    schedule.h reports for the CPU kernels' tiles and wave, and through dQ's bits."""
+    from jax_dash import _ffi, schedules
+    batch, seq_q, seq_kv, heads, kv_heads, head_dim = shape
+    p = schedules.make_problem(batch=batch, num_heads=heads, num_kv_heads=kv_heads, seq_q=seq_q,
+                               seq_kv=seq_kv, head_dim=head_dim, is_causal=is_causal,
+                               wave=_ffi.CPU_WAVE)
+    assert p.num_kv_tiles >= 4 and p.num_kv_tiles % 2 == 0
+    own = "symmetric_shift" if is_causal else "shift"
+    for name in ("ascending", "descending", own, "atomic"):
+        assert schedules.effective_schedule(name, p) == name, name
+
+    q, k, v, dout = random_inputs(7, *shape, jnp.float32)
+    ref, naive = references(q, k, v, dout, is_causal=is_causal)
+    dq = {}
     for schedule in jax_dash.SCHEDULES:
         ours = attention_and_grads(lambda q, k, v: jax_dash.attention(
-            q, k, v, is_causal=True, schedule=schedule), q, k, v, dout)
+            q, k, v, is_causal=is_causal, schedule=schedule), q, k, v, dout)
         for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
             assert_close_to_reference(f"{schedule} {name}", o, r, n, ATOL[jnp.float32])
+        dq[schedule] = np.asarray(ours[1])
+    # Its own tickets, not descending's (= ascending's): the fp32 sums come out in another order.
+    np.testing.assert_array_equal(dq["ascending"], dq["descending"])
+    assert not np.array_equal(dq[own], dq["descending"])
 
 
 def test_nan_and_inf_propagate_without_crash():
@@ -168,20 +190,40 @@ def test_non_finite_masked_keys_never_reach_the_results(dtype):
     assert np.isnan(out[:, 30:, 2:4]).all()         # heads 2, 3 read kv head 1 (NaN key)
 
 
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("schedule", ("auto",) + DETERMINISTIC)
-def test_batch_invariance_across_waves(schedule):
-    """8 heads x 5 KV tiles x batch 6 = 240 items > the CPU's wave of 132: head 26 (sequence 3)
-    straddles a wave boundary. Batch-invariant schedules give every sequence the bits it has
-    alone; shift and symmetric_shift take tickets from the global wave and do not (documented)."""
-    q, k, v, dout = random_inputs(9, 6, 600, 600, 8, 8, 32, jnp.float32)
-    fn = lambda q, k, v: jax_dash.attention(q, k, v, schedule=schedule)  # noqa: E731
+def test_batch_invariance_across_waves(schedule, is_causal):
+    """4 heads x 10 KV tiles (seq 1200, 128-key tiles) x batch 8 = 320 items (160 symmetric_shift
+    pairs) > the CPU's wave of 132: heads straddle the global waves [132k, 132(k + 1)) from which
+    shift and symmetric_shift once took their tickets. Tickets now come from per-head slices, so
+    every deterministic schedule, these two included (each running as itself under its mask),
+    gives every sequence the bits it has alone."""
+    import importlib
+    from jax_dash import _ffi, schedules
+    batch, seq, heads, head_dim = 8, 1200, 4, 32
+    ran = schedule
+    if schedule == "auto":
+        ran = importlib.import_module("jax_dash.attention")._auto_schedule(
+            (batch, seq, heads, head_dim), (batch, seq, heads, head_dim), is_causal)
+    p = schedules.make_problem(batch=batch, num_heads=heads, seq_q=seq, seq_kv=seq,
+                               head_dim=head_dim, is_causal=is_causal, wave=_ffi.CPU_WAVE)
+    effective = schedules.effective_schedule(ran, p)
+    if (ran, is_causal) in (("shift", False), ("symmetric_shift", True)):
+        assert effective == ran
+    per_head = int(schedules.head_tables(ran, p, 0)["items_per_head"])
+    first = np.arange(batch * heads) * per_head
+    straddling = first // _ffi.CPU_WAVE != (first + per_head - 1) // _ffi.CPU_WAVE
+    assert straddling.any(), "the shape must put heads across the old global wave boundaries"
+
+    q, k, v, dout = random_inputs(9, batch, seq, seq, heads, heads, head_dim, jnp.float32)
+    fn = lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal,  # noqa: E731
+                                            schedule=schedule)
     whole = attention_and_grads(fn, q, k, v, dout)
-    same = []
-    for b in range(6):
+    changed = []
+    for b in range(batch):
         alone = attention_and_grads(fn, q[b:b + 1], k[b:b + 1], v[b:b + 1], dout[b:b + 1])
-        same.append(all(np.array_equal(np.asarray(a[b]), np.asarray(x[0]))
-                        for a, x in zip(whole, alone)))
-    if schedule in ("shift", "symmetric_shift"):
-        assert not all(same), "tickets were expected to depend on the global wave"
-    else:
-        assert all(same), f"sequences whose bits changed in the batch: {same}"
+        if not all(np.array_equal(np.asarray(a[b]), np.asarray(x[0]))
+                   for a, x in zip(whole, alone)):
+            changed.append(b)
+    assert not changed, (f"{schedule} (runs as {effective}): sequences whose bits change in a "
+                         f"batch of {batch}: {changed}")

@@ -149,14 +149,7 @@ def test_bitwise_identical_over_100_runs(schedule, is_causal, head_dim):
                 f"{schedule}: {name} differs bitwise on repetition {rep + 1}")
 
 
-_WAVE_DEPENDENT = pytest.mark.xfail(
-    strict=False, reason="shift/symmetric_shift tickets follow arrival order within a wave "
-    "(cuda/schedule.h), so a head's dQ summation order can depend on its place in the batch")
-
-
-@pytest.mark.parametrize("schedule", ["ascending", "descending",
-                                      pytest.param("shift", marks=_WAVE_DEPENDENT),
-                                      pytest.param("symmetric_shift", marks=_WAVE_DEPENDENT)])
+@pytest.mark.parametrize("schedule", DETERMINISTIC)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_batch_invariance(schedule, is_causal):
     # A sequence's gradients must not depend on the batch size or its position in the batch.

@@ -86,7 +86,10 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def _auto_schedule(q_shape, k_shape, is_causal):
-    """Picks the schedule with the smallest simulated makespan (jax_dash.schedules)."""
+    """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
+    problem (seq_q, seq_kv, head_dim, mask) and the device's nominal wave. Batch size and head
+    count are deliberately not passed: under vmap, sharding or a different batch the same
+    sequence must get the same schedule, hence the same bits."""
     try:
         from jax_dash import schedules
     except ImportError:  # the simulator is optional at import time of the op
@@ -94,13 +97,15 @@ def _auto_schedule(q_shape, k_shape, is_causal):
     chooser = getattr(schedules, "choose_schedule", None)
     if chooser is None:
         return "descending"
-    batch, seq_q, num_heads, head_dim = q_shape
-    return chooser(batch=batch, num_heads=num_heads, seq_q=seq_q, seq_kv=k_shape[1],
-                   head_dim=head_dim, is_causal=is_causal, wave=_nominal_wave())
+    seq_q, head_dim = q_shape[-3], q_shape[-1]
+    return chooser(seq_q=seq_q, seq_kv=k_shape[-3], head_dim=head_dim, is_causal=is_causal,
+                   wave=_nominal_wave())
 
 
 def _nominal_wave():
-    """Resident backward CTAs on the default device (SM count on GPU), for the cost model."""
+    """Resident backward CTAs of the default device's model (its SM count on GPU; the CPU kernels'
+    CPU_WAVE otherwise): a property of the GPU model, never of the call, so auto's choice does
+    not change with the batch or the sharding."""
     device = jax.devices()[0]
     cores = getattr(device, "core_count", None)
     if device.platform == "gpu" and isinstance(cores, int) and cores > 0:

@@ -499,13 +499,13 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     head is one slice (Nkv / 2 <= wave); otherwise ``descending``. Why:
 
     * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
-      64/128) symmetric_shift's backward is 4-19% faster than descending's; the in-order-fetch
+      64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
       simulator agrees in steady state (many heads). Where a head spans several slices (Nkv / 2 >
       wave) the simulator shows it losing (a slice waits for the previous slice's short columns
       on every tile), so auto keeps it to one slice per head, which also gives the same bits on
       every GPU with at least Nkv / 2 resident CTAs.
-    * full mask: shift and descending measured within a few percent of each other (shift ahead
-      at 2k, behind at 8k), and the simulator's steady state puts them within ~2% where a head is
+    * full mask: shift and descending measured within 6% of each other (shift ahead at 2k,
+      level or behind at 8k), and the simulator's steady state puts them within ~2% where a head is
       one slice and shift behind where it is not: nothing clearly faster, so auto takes
       descending, whose tickets (those of ascending) give the same dQ bits on every GPU.
     """

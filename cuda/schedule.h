@@ -83,7 +83,7 @@
 //       waits only on finished nodes, so it runs. Contradiction.
 // ascending, descending and atomic only ever wait on smaller items (or not at all), so they need
 // only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
-// what is resident), which is why W comes from the occupancy query and is never a constant.
+// what is resident), which is why the GPU takes W from the occupancy query, never a constant.
 // src/jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
 #pragma once
 

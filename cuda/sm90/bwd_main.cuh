@@ -328,8 +328,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid == 0) {
       // Items are handed out in increasing global order. ascending/descending only wait on
       // smaller items (already taken), so they cannot deadlock; shift/symmetric_shift also wait on
-      // larger items of the same wave, which is safe only because p.wave <= resident CTAs
-      // (the occupancy query), so a whole wave is always taken.
+      // larger items of the same per-head slice (at most p.wave consecutive items), which is safe
+      // only because p.wave <= resident CTAs (the occupancy query) and items are taken in order,
+      // so a whole slice is always held (argument in cuda/schedule.h).
       const int64_t prev = smem.item;
       const int next_j = smem.kv_in_item + 1;
       const bool same_item =

@@ -233,21 +233,55 @@ std::vector<double> widen(const std::vector<uint16_t>& x, DType t) {
   return y;
 }
 
-AttentionParams make_params(const Case& c, double scale) {
-  AttentionParams p{};
-  p.batch = c.batch;
-  p.seq_q = c.seq_q;
-  p.seq_kv = c.seq_kv;
-  p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.dtype = c.dtype;
-  p.scale = static_cast<float>(scale);
-  p.is_causal = c.causal;
-  p.schedule = c.schedule;
-  p.tiles = jax_dash::tile_config(c.head_dim);
-  return p;
+size_t q_elems(const Case& c) {
+  return static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
 }
+size_t kv_elems(const Case& c) {
+  return static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * c.head_dim;
+}
+
+// Every device buffer of one problem, and the AttentionParams pointing at them (wave from the
+// occupancy query, as the FFI handler sets it).
+struct DeviceProblem {
+  DeviceBuffer<uint16_t> q, k, v, out, dout, dq, dk, dv;
+  DeviceBuffer<float> lse;
+  jax_dash::BwdWorkspaceLayout ws;
+  DeviceBuffer<float> wf;
+  DeviceBuffer<int32_t> wi;
+  AttentionParams p{};
+
+  DeviceProblem(const Case& c, double scale)
+      : q(q_elems(c)), k(kv_elems(c)), v(kv_elems(c)), out(q_elems(c)), dout(q_elems(c)),
+        dq(q_elems(c)), dk(kv_elems(c)), dv(kv_elems(c)),
+        lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q),
+        ws(jax_dash::bwd_workspace_layout(c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads,
+                                          c.head_dim)),
+        wf(ws.f32_size), wi(ws.i32_size) {
+    p.batch = c.batch;
+    p.seq_q = c.seq_q;
+    p.seq_kv = c.seq_kv;
+    p.num_heads = c.heads;
+    p.num_kv_heads = c.kv_heads;
+    p.head_dim = c.head_dim;
+    p.dtype = c.dtype;
+    p.scale = static_cast<float>(scale);
+    p.is_causal = c.causal;
+    p.schedule = c.schedule;
+    p.tiles = jax_dash::tile_config(c.head_dim);
+    p.q = q.ptr;
+    p.k = k.ptr;
+    p.v = v.ptr;
+    p.out = out.ptr;
+    p.lse = lse.ptr;
+    p.dout = dout.ptr;
+    p.dq = dq.ptr;
+    p.dk = dk.ptr;
+    p.dv = dv.ptr;
+    p.workspace_f32 = wf.ptr;
+    p.workspace_i32 = wi.ptr;
+    p.wave = jax_dash::sm90::bwd_wave(p);
+  }
+};
 
 bool run_case(const Case& c) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -256,36 +290,28 @@ bool run_case(const Case& c) {
               static_cast<long long>(c.seq_kv), c.heads, c.kv_heads, c.head_dim,
               c.causal ? "causal" : "full", schedule_name(c.schedule),
               c.dtype == DType::kBFloat16 ? "bf16" : "fp16");
-  const size_t nq = static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
-  const size_t nk = static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * c.head_dim;
+  const size_t nq = q_elems(c), nk = kv_elems(c);
   const size_t nlse = static_cast<size_t>(c.batch) * c.heads * c.seq_q;
   const auto hq = random_tensor(nq, c.dtype, 1), hk = random_tensor(nk, c.dtype, 2),
              hv = random_tensor(nk, c.dtype, 3), hdo = random_tensor(nq, c.dtype, 4);
   const Reference ref = reference(c, hq, hk, hv, hdo, scale);
   const double tol = c.dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
 
-  DeviceBuffer<uint16_t> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
-  DeviceBuffer<float> lse(nlse);
-  q.upload(hq);
-  k.upload(hk);
-  v.upload(hv);
-  dout.upload(hdo);
-  AttentionParams p = make_params(c, scale);
-  p.q = q.ptr;
-  p.k = k.ptr;
-  p.v = v.ptr;
+  DeviceProblem d(c, scale);
+  d.q.upload(hq);
+  d.k.upload(hk);
+  d.v.upload(hv);
+  d.dout.upload(hdo);
   bool ok = true;
 
   // Forward into poisoned (NaN) buffers.
-  out.poison();
-  lse.poison();
-  p.out = out.ptr;
-  p.lse = lse.ptr;
-  CHECK_CUDA(jax_dash::sm90::run_fwd(p, nullptr));
+  d.out.poison();
+  d.lse.poison();
+  CHECK_CUDA(jax_dash::sm90::run_fwd(d.p, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   {
-    const auto o = widen(out.download(), c.dtype);
-    const auto l = lse.download();
+    const auto o = widen(d.out.download(), c.dtype);
+    const auto l = d.lse.download();
     ok &= compare("fwd", "out", o, ref.out, tol);
     std::vector<double> ld(l.begin(), l.end());
     ok &= compare("fwd", "lse", ld, ref.lse, 1e-5);
@@ -296,31 +322,18 @@ bool run_case(const Case& c) {
   for (size_t i = 0; i < nq; ++i) ho[i] = to_bits(ref.out[i], c.dtype);
   std::vector<float> hl(nlse);
   for (size_t i = 0; i < nlse; ++i) hl[i] = static_cast<float>(ref.lse[i]);
-  out.upload(ho);
-  lse.upload(hl);
-  p.out = out.ptr;
-  p.lse = lse.ptr;
-  p.dout = dout.ptr;
-  p.dq = dq.ptr;
-  p.dk = dk.ptr;
-  p.dv = dv.ptr;
-  const jax_dash::BwdWorkspaceLayout ws = jax_dash::bwd_workspace_layout(
-      c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads, c.head_dim);
-  DeviceBuffer<float> wf(ws.f32_size);
-  DeviceBuffer<int32_t> wi(ws.i32_size);
-  p.workspace_f32 = wf.ptr;
-  p.workspace_i32 = wi.ptr;
-  p.wave = jax_dash::sm90::bwd_wave(p);
+  d.out.upload(ho);
+  d.lse.upload(hl);
   std::vector<uint16_t> first[3];
   for (int rep = 0; rep < 2; ++rep) {
-    dq.poison();
-    dk.poison();
-    dv.poison();
-    wf.poison();
-    wi.poison();
-    CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr));
+    d.dq.poison();
+    d.dk.poison();
+    d.dv.poison();
+    d.wf.poison();
+    d.wi.poison();
+    CHECK_CUDA(jax_dash::sm90::run_bwd(d.p, nullptr));
     CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<uint16_t> got[3] = {dq.download(), dk.download(), dv.download()};
+    std::vector<uint16_t> got[3] = {d.dq.download(), d.dk.download(), d.dv.download()};
     if (rep == 0) {
       ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
       ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
@@ -333,7 +346,7 @@ bool run_case(const Case& c) {
       ok &= same;
     }
   }
-  std::printf("  wave %d: %s\n", p.wave, ok ? "PASS" : "FAIL");
+  std::printf("  wave %d: %s\n", d.p.wave, ok ? "PASS" : "FAIL");
   return ok;
 }
 
@@ -359,31 +372,12 @@ int bench(int argc, char** argv) {
     return 2;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  const size_t nq = static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
-  const size_t nk = static_cast<size_t>(c.batch * c.seq_kv) * c.kv_heads * c.head_dim;
-  DeviceBuffer<uint16_t> q(nq), k(nk), v(nk), out(nq), dout(nq), dq(nq), dk(nk), dv(nk);
-  DeviceBuffer<float> lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q);
-  q.upload(random_tensor(nq, c.dtype, 1));
-  k.upload(random_tensor(nk, c.dtype, 2));
-  v.upload(random_tensor(nk, c.dtype, 3));
-  dout.upload(random_tensor(nq, c.dtype, 4));
-  AttentionParams p = make_params(c, scale);
-  p.q = q.ptr;
-  p.k = k.ptr;
-  p.v = v.ptr;
-  p.out = out.ptr;
-  p.lse = lse.ptr;
-  p.dout = dout.ptr;
-  p.dq = dq.ptr;
-  p.dk = dk.ptr;
-  p.dv = dv.ptr;
-  const jax_dash::BwdWorkspaceLayout ws = jax_dash::bwd_workspace_layout(
-      c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads, c.head_dim);
-  DeviceBuffer<float> wf(ws.f32_size);
-  DeviceBuffer<int32_t> wi(ws.i32_size);
-  p.workspace_f32 = wf.ptr;
-  p.workspace_i32 = wi.ptr;
-  p.wave = jax_dash::sm90::bwd_wave(p);
+  DeviceProblem d(c, scale);
+  d.q.upload(random_tensor(q_elems(c), c.dtype, 1));
+  d.k.upload(random_tensor(kv_elems(c), c.dtype, 2));
+  d.v.upload(random_tensor(kv_elems(c), c.dtype, 3));
+  d.dout.upload(random_tensor(q_elems(c), c.dtype, 4));
+  const AttentionParams& p = d.p;
   cudaEvent_t e0, e1, e2;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));

@@ -1,6 +1,6 @@
 // DASH backward schedules: the single source of truth for work items, Q-tile visit orders and the
 // tickets that fix the order of every dQ (and GQA dK/dV) reduction. Used by the CPU kernels, the
-// sm90 kernels and, through the extension, by src/jax_dash/schedules.py (DAG model and simulator).
+// sm90 kernels and, through the extension, by jax_dash/schedules.py (DAG model and simulator).
 //
 // Vocabulary (per (batch, head), "head" below; head_linear = b * num_heads + h):
 //   Nq  = ceil(seq_q / block_m) query tiles, Nkv = ceil(seq_kv / block_n) key/value tiles.
@@ -84,7 +84,7 @@
 // ascending, descending and atomic only ever wait on smaller items (or not at all), so they need
 // only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
 // what is resident), which is why the GPU takes W from the occupancy query, never a constant.
-// src/jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
+// jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Python bindings of cuda/schedule.h: whole-head tables in one call (numpy arrays), so that
-// src/jax_dash/schedules.py builds its DAG from the exact functions the kernels call.
+// jax_dash/schedules.py builds its DAG from the exact functions the kernels call.
 #include "cuda/schedule_py.h"
 
 #include <cstdint>

@@ -27,7 +27,7 @@ step() {  # step NAME CMD...: runs CMD with its output in $OUT/NAME.log, records
 
 sass_check() {  # counts HGMMA per kernel in the built extension; fails if a kernel with MMA has none
   local so
-  so=$("$PY" -c "import jax_dash._jax_dash as m; print(m.__file__)") || return 1
+  so=$("$PY" -c "import _jax_dash as m; print(m.__file__)") || return 1
   echo "extension: $so"
   cuobjdump -sass "$so" >"$OUT/sass.txt" || return 1
   awk '/Function :/ {name=$3} /HGMMA/ {h[name]++} /[^H]HMMA/ {m[name]++}

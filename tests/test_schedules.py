@@ -1,4 +1,4 @@
-"""cuda/schedule.h through the extension, and the DAG simulator of src/jax_dash/schedules.py."""
+"""cuda/schedule.h through the extension, and the DAG simulator of jax_dash/schedules.py."""
 
 import math
 import time
@@ -493,7 +493,7 @@ def _cpu_grads(schedule, causal, seq, head_dim, seed=0):
 
 
 def _cpu_wave():
-    from jax_dash import _jax_dash
+    import _jax_dash
     return int(_jax_dash.CPU_WAVE)
 
 

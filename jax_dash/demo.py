@@ -1,7 +1,7 @@
 """Reproducible training demo: ``python -m jax_dash.demo``.
 
 Trains a small character-level decoder-only transformer on a text shipped with the package
-(``src/jax_dash/data/corpus.txt``; nothing is downloaded) twice, from the same seed and on the same
+(``jax_dash/data/corpus.txt``; nothing is downloaded) twice, from the same seed and on the same
 batches in the same order, and reports whether the two runs end with bitwise identical parameters
 (a SHA-256 of the parameter bytes per run).
 

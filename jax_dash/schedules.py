@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-from jax_dash import _jax_dash as _ext
+import _jax_dash as _ext
 from jax_dash._ffi import SCHEDULE_IDS
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_IDS.items()}

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 try:
-    from jax_dash import _jax_dash as _ext
+    import _jax_dash as _ext
 except ImportError as exc:  # pragma: no cover - only without a build
     raise ImportError(
         "jax_dash's native extension is missing or failed to load; install the package with "

@@ -6,7 +6,9 @@
 //                                  reference, poisoned outputs, bitwise repeatability
 //   jax_dash_sm90_check bench B S H Hkv D causal schedule iters
 //                                  backward (and forward) of one bf16 problem, `iters` times, for a
-//                                  profiler; prints the mean time of each
+//                                  profiler; prints the mean time of each, and with the
+//                                  warp-specialized backward the per-role wait trace of one run
+//   JAX_DASH_SM90_BWD=ws           selects the warp-specialized backward (bwd_main_ws.cuh)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
@@ -350,6 +352,35 @@ bool run_case(const Case& c) {
   return ok;
 }
 
+// One more backward with the per-role wait trace on: where each role of the warp-specialized kernel
+// waits, as a share of the math warpgroups' cycles, summed over CTAs (slots: WsTraceSlot).
+void print_trace(const AttentionParams& p) {
+  const int slots = jax_dash::sm90::bwd_trace_slots();
+  const size_t n = static_cast<size_t>(p.wave) * slots;
+  unsigned long long* trace = nullptr;
+  CHECK_CUDA(cudaMalloc(&trace, n * sizeof(unsigned long long)));
+  CHECK_CUDA(cudaMemset(trace, 0, n * sizeof(unsigned long long)));
+  CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr, trace));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<unsigned long long> host(n);
+  CHECK_CUDA(cudaMemcpy(host.data(), trace, n * sizeof(unsigned long long),
+                        cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaFree(trace));
+  std::vector<double> sum(slots, 0.0);
+  for (size_t i = 0; i < n; ++i) sum[i % slots] += static_cast<double>(host[i]);
+  const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
+                         "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
+                         "writer reduce+complete", "producer wait empty", "math steps",
+                         "math cycles"};
+  const double cycles = sum[slots - 1] > 0 ? sum[slots - 1] : 1.0;
+  const double steps = sum[slots - 2] > 0 ? sum[slots - 2] : 1.0;
+  std::printf("trace (sum over %d CTAs; %% of math cycles; cycles per step):\n", p.wave);
+  for (int i = 0; i < slots - 2; ++i) {
+    std::printf("  %-24s %6.1f%%  %8.0f\n", names[i], 100.0 * sum[i] / cycles, sum[i] / steps);
+  }
+  std::printf("  %-24s %.0f steps, %.0f cycles per step\n", "math", steps, cycles / steps);
+}
+
 int bench(int argc, char** argv) {
   if (argc != 10) {
     std::fprintf(stderr, "usage: %s bench B S H Hkv D causal(0/1) schedule iters\n", argv[0]);
@@ -401,6 +432,7 @@ int bench(int argc, char** argv) {
               c.kv_heads, c.head_dim, c.causal ? "causal" : "full", schedule_name(c.schedule),
               p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
               2.5 * flops / (bwd_ms / iters) * 1e-9);
+  if (jax_dash::sm90::bwd_uses_warp_specialized()) print_trace(p);
   return 0;
 }
 
@@ -432,6 +464,9 @@ int main(int argc, char** argv) {
       {2, 100, 260, 4, 2, 64, false, Schedule::kAtomic, fp16},
       {1, 1, 1, 1, 1, 128, true, Schedule::kDescending, bf16},
   };
+  std::printf("backward main kernel: %s\n", jax_dash::sm90::bwd_uses_warp_specialized()
+                                                 ? "warp-specialized (bwd_main_ws.cuh)"
+                                                 : "bwd_main.cuh");
   int failed = 0;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed\n", failed ? "FAIL" : "PASS", failed,

@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include <cutlass/numeric_types.h>
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/bwd_main_ws.cuh"
 #include "cuda/sm90/bwd_postprocess.cuh"
 #include "cuda/sm90/bwd_preprocess.cuh"
 #include "cuda/sm90/launch.h"
@@ -18,6 +22,15 @@ namespace jax_dash::sm90 {
 namespace {
 
 using bwd::BwdTraits;
+using bwd::WsTraits;
+
+// Which main kernel runs: bwd_main.cuh (default, verified on an H100) or the warp-specialized
+// bwd_main_ws.cuh (opt-in with JAX_DASH_SM90_BWD=ws until it has been verified on a GPU). Both
+// have the same items, visit orders and tickets; their gradients are different bits versions.
+bool use_warp_specialized() {
+  const char* v = std::getenv("JAX_DASH_SM90_BWD");
+  return v != nullptr && std::strcmp(v, "ws") == 0;
+}
 
 ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
   const TileConfig t = tile_config(p.head_dim);
@@ -40,22 +53,37 @@ int64_t total_items(const ScheduleProblem& sp) {
 }
 
 // Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none.
-template <class F>
-bool dispatch(const AttentionParams& p, F&& f) {
+template <template <class, int> class Traits, class F>
+bool dispatch_traits(const AttentionParams& p, F&& f) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const bool fp16 = p.dtype == DType::kFloat16;
   if (!bf16 && !fp16) return false;
   if (p.head_dim == 64) {
-    if (bf16) f(BwdTraits<cutlass::bfloat16_t, 64>{});
-    else f(BwdTraits<cutlass::half_t, 64>{});
+    if (bf16) f(Traits<cutlass::bfloat16_t, 64>{});
+    else f(Traits<cutlass::half_t, 64>{});
     return true;
   }
   if (p.head_dim == 128) {
-    if (bf16) f(BwdTraits<cutlass::bfloat16_t, 128>{});
-    else f(BwdTraits<cutlass::half_t, 128>{});
+    if (bf16) f(Traits<cutlass::bfloat16_t, 128>{});
+    else f(Traits<cutlass::half_t, 128>{});
     return true;
   }
   return false;
+}
+
+// Calls f(traits-tag) for the main kernel in use (use_warp_specialized()).
+template <class F>
+bool dispatch(const AttentionParams& p, F&& f) {
+  return use_warp_specialized() ? dispatch_traits<WsTraits>(p, f) : dispatch_traits<BwdTraits>(p, f);
+}
+
+template <class Traits>
+auto main_kernel() {
+  if constexpr (std::is_same_v<Traits, WsTraits<typename Traits::Element, Traits::kHeadDim>>) {
+    return bwd::bwd_main_ws_kernel<Traits>;
+  } else {
+    return bwd::bwd_main_kernel<Traits>;
+  }
 }
 
 // Resident CTAs of the main kernel for this problem (its smem grows with Nq); 0 if one CTA does not
@@ -63,7 +91,7 @@ bool dispatch(const AttentionParams& p, F&& f) {
 template <class Traits>
 cudaError_t resident_ctas(const AttentionParams& p, int* out) {
   *out = 0;
-  auto kernel = bwd::bwd_main_kernel<Traits>;
+  auto kernel = main_kernel<Traits>();
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -88,7 +116,38 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out) {
 }
 
 template <class Traits>
-cudaError_t run_bwd_impl(const AttentionParams& p, cudaStream_t stream) {
+void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
+                 unsigned long long* trace, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
+  if constexpr (std::is_same_v<Traits, WsTraits<typename Traits::Element, Traits::kHeadDim>>) {
+    using Element = typename Traits::Element;
+    bwd::WsParams<Traits> P{};
+    P.p = p;
+    P.sp = sp;
+    P.total_items = items;
+    P.trace = trace;
+    const auto seq_q = static_cast<int32_t>(p.seq_q);
+    const auto seq_kv = static_cast<int32_t>(p.seq_kv);
+    const auto batch = static_cast<int32_t>(p.batch);
+    P.tma_q = Traits::make_tma(static_cast<const Element*>(p.q), seq_q, p.num_heads, batch,
+                               typename Traits::SmemLayoutQ{});
+    P.tma_do = Traits::make_tma(static_cast<const Element*>(p.dout), seq_q, p.num_heads, batch,
+                                typename Traits::SmemLayoutQ{});
+    P.tma_k = Traits::make_tma(static_cast<const Element*>(p.k), seq_kv, p.num_kv_heads, batch,
+                               typename Traits::SmemLayoutKV{});
+    P.tma_v = Traits::make_tma(static_cast<const Element*>(p.v), seq_kv, p.num_kv_heads, batch,
+                               typename Traits::SmemLayoutKV{});
+    bwd::bwd_main_ws_kernel<Traits>
+        <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
+  } else {
+    bwd::bwd_main_kernel<Traits>
+        <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(p, sp, items);
+  }
+}
+
+template <class Traits>
+cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
+                         cudaStream_t stream) {
   using Element = typename Traits::Element;
   constexpr int kHeadDim = Traits::kHeadDim;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
@@ -129,12 +188,23 @@ cudaError_t run_bwd_impl(const AttentionParams& p, cudaStream_t stream) {
     // is not running) and never more than there are items.
     const int64_t grid = std::min<int64_t>({static_cast<int64_t>(std::max(p.wave, 1)),
                                             static_cast<int64_t>(resident), items});
-    bwd::bwd_main_kernel<Traits>
-        <<<static_cast<unsigned>(grid), Traits::kThreads,
-           static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles)), stream>>>(p, sp, items);
+    launch_main<Traits>(p, sp, items, grid, trace, stream);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 
+  constexpr bool kWs = std::is_same_v<Traits, WsTraits<Element, kHeadDim>>;
+  if constexpr (kWs) {
+    if (p.batch * p.seq_q * p.num_heads > 0) {
+      const dim3 blocks(static_cast<unsigned>(sp.num_q_tiles),
+                        static_cast<unsigned>(p.batch * p.num_heads));
+      bwd::bwd_postprocess_dq_fragment_kernel<Traits>
+          <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
+                                                        static_cast<Element*>(p.dq), p.seq_q,
+                                                        p.num_heads, rows_q, p.scale);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  }
   const int64_t dq_elems = p.batch * p.seq_q * p.num_heads * kHeadDim;
   if (dq_elems > 0) {
     const int64_t blocks = ceil_div(dq_elems, bwd::kPostprocessThreads);
@@ -160,10 +230,14 @@ int bwd_wave(const AttentionParams& p) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, items)));
 }
 
-cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream, unsigned long long* trace) {
   cudaError_t err = cudaErrorInvalidValue;  // unsupported dtype / head_dim
-  dispatch(p, [&](auto traits) { err = run_bwd_impl<decltype(traits)>(p, stream); });
+  dispatch(p, [&](auto traits) { err = run_bwd_impl<decltype(traits)>(p, trace, stream); });
   return err;
 }
+
+int bwd_trace_slots() { return bwd::kWsTraceSlots; }
+
+bool bwd_uses_warp_specialized() { return use_warp_specialized(); }
 
 }  // namespace jax_dash::sm90

@@ -26,6 +26,7 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"  // ticket acquire/release
 #include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
 
 namespace jax_dash::sm90::bwd {
@@ -117,25 +118,10 @@ struct BwdTraits {
   }
 };
 
-// One thread spins (acquire at GPU scope), then the CTA barrier hands the acquire on.
-__device__ __forceinline__ int ld_acquire_gpu(const int32_t* ptr) {
-  int32_t v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
 // Fire-and-forget fp32 add of two adjacent floats at L2 (8-byte aligned address).
 __device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
   asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y)
                : "memory");
-}
-
-__device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t ticket) {
-  while (ld_acquire_gpu(ptr) != ticket) __nanosleep(32);
 }
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include <cute/tensor.hpp>
+
 namespace jax_dash::sm90::bwd {
 
 constexpr int kPostprocessThreads = 256;
@@ -26,6 +28,53 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
   const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
   dq[i] = static_cast<Element>(v * scale);
+}
+
+// The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
+// (Q tile, head); thread t reads the 16-byte chunks k * 256 + t of the tile (coalesced) and finds
+// each value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that
+// stored it. Adjacent column pairs go out as one 32-bit store.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kMathThreads)
+    bwd_postprocess_dq_fragment_kernel(const float* __restrict__ dq_accum,
+                                       typename Traits::Element* __restrict__ dq, int64_t seq_q,
+                                       int num_heads, int64_t rows_q, float scale) {
+  using namespace cute;
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kThreads = Traits::kMathThreads;
+  const int tid = threadIdx.x;
+  const int m = blockIdx.x;
+  const int64_t head_linear = blockIdx.y;
+  const int64_t b = head_linear / num_heads;
+  const int h = static_cast<int>(head_linear % num_heads);
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  Tensor tdQc = thr_dq.partition_C(
+      make_identity_tensor(Shape<typename Traits::BlockM, typename Traits::HeadDim>{}));
+  static_assert(decltype(size(tdQc))::value == Traits::kdQFloatsPerThread);
+  const float4* tile = reinterpret_cast<const float4*>(
+      dq_accum + (head_linear * rows_q + static_cast<int64_t>(m) * kBlockM) * kHeadDim);
+  const int64_t row_stride = static_cast<int64_t>(num_heads) * kHeadDim;
+  Element* dq_head = dq + b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
+  CUTE_UNROLL
+  for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
+    const float4 v = tile[k * kThreads + tid];
+    const float vals[4] = {v.x, v.y, v.z, v.w};
+    CUTE_UNROLL
+    for (int i = 0; i < 4; i += 2) {
+      // Fragment values 2j, 2j + 1 are adjacent columns of one row (wgmma accumulator layout).
+      const int64_t row = static_cast<int64_t>(m) * kBlockM + get<0>(tdQc(4 * k + i));
+      const int col = get<1>(tdQc(4 * k + i));
+      if (row < seq_q) {
+        __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
+                                        static_cast<Element>(vals[i + 1] * scale)};
+        *reinterpret_cast<uint32_t*>(dq_head + row * row_stride + col) =
+            *reinterpret_cast<const uint32_t*>(pair);
+      }
+    }
+  }
 }
 
 }  // namespace jax_dash::sm90::bwd

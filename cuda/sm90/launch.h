@@ -16,6 +16,12 @@ int bwd_wave(const AttentionParams& p);
 
 // Backward: preprocess (dsum, zeroed workspace), main (tickets of p.schedule), postprocess.
 // p.wave must be <= bwd_wave(p). Never synchronizes; returns the first CUDA error.
-cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream);
+// With JAX_DASH_SM90_BWD=ws in the environment the warp-specialized main kernel runs (opt-in until
+// verified on a GPU); `trace`, if not null, then receives its per-role wait counters
+// (bwd_trace_slots() per CTA, at least bwd_wave(p) CTAs; cuda/sm90/bwd_main_ws.cuh WsTraceSlot).
+cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream,
+                    unsigned long long* trace = nullptr);
+int bwd_trace_slots();
+bool bwd_uses_warp_specialized();
 
 }  // namespace jax_dash::sm90

@@ -1,0 +1,91 @@
+// Small sm90 building blocks for warp-specialized kernels: named barriers with explicit thread
+// counts, register reallocation between warpgroups, bulk (non-tensor) copies and reductions, and
+// the global-memory ticket operations. Shared by the warp-specialized backward (bwd_main_ws.cuh)
+// and, later, the forward rebuild. Each is one PTX instruction or a short fixed sequence; the
+// comments say which ordering guarantee the caller relies on.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/arch/util.hpp>  // cast_smem_ptr_to_uint
+
+namespace jax_dash::sm90 {
+
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32). Every
+// thread of a participating warp executes it. sync waits; arrive counts without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Register reallocation (all four warps of a warpgroup execute the same one). Needs a register cap
+// at kernel entry (__launch_bounds__(threads, 1)).
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void warpgroup_registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// Generic-proxy writes to shared memory -> later async-proxy reads (wgmma, bulk copies). Each
+// writing thread executes it before the barrier that publishes the data.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Orders this thread's generic global accesses (a ticket acquire, a release) against its
+// async-proxy global accesses (bulk reductions).
+__device__ __forceinline__ void fence_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `mbar` (which must expect the bytes).
+__device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes,
+                                              uint64_t* mbar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(cute::cast_smem_ptr_to_uint(smem)),
+      "l"(gmem), "r"(bytes), "r"(cute::cast_smem_ptr_to_uint(mbar))
+      : "memory");
+}
+
+// gmem[i] += smem[i] for `bytes / 4` floats, one fp32 add per element at L2 (round to nearest),
+// as one bulk asynchronous reduction; commit closes the group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* smem,
+                                                    uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem),
+      "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// The shared-memory sources of every committed bulk group have been read (the buffer is free);
+// the global writes may still be in flight.
+__device__ __forceinline__ void bulk_wait_group_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Every committed bulk group is complete, its global writes included.
+__device__ __forceinline__ void bulk_wait_group_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Tickets: acquire-spin until *ptr == ticket; release-increment.
+__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* ptr) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t ticket) {
+  while (ld_acquire_gpu(ptr) != ticket) __nanosleep(32);
+}
+__device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
+}  // namespace jax_dash::sm90

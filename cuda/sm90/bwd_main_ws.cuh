@@ -1,0 +1,665 @@
+// Warp-specialized backward main kernel for sm90 (stages S1 + S2 of shared/KERNEL_PLAN.md).
+//
+// Same work items, visit orders, tickets and tile products as bwd_main.cuh (whose traits it reuses
+// for the MMA types and shared-memory layouts), with the work split by role:
+//
+//   warpgroup 0 ("service", registers lowered to kServiceRegisters)
+//     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
+//             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
+//     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
+//             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
+//             asynchronous reduction, frees the buffer once it has been read (dQEmpty), waits for
+//             the reduction to complete in global memory, then releases the ticket.
+//     warps 2-3 exit.
+//   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
+//             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit.
+//
+// A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
+// first math thread, in increasing global item order, only after every role has finished the
+// previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
+// at a time, exactly as in bwd_main.cuh, so the deadlock argument of cuda/schedule.h applies
+// unchanged. Inside a CTA every wait points to an earlier step of the same unit.
+//
+// dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
+// accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
+// k * 256 + t. The bulk reduction then adds one contiguous block per step and the smem stores are
+// conflict-free; bwd_postprocess_dq_fragment_kernel maps it back to rows and columns.
+//
+// Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
+// P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
+// bwd_main.cuh), so the gradients are a different bits version from bwd_main.cuh's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/softmax.cuh"  // exp2_ftz
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+// Named barriers (0 is __syncthreads).
+enum WsBarrier : int {
+  kUnitBarrier = 1,     // producer warp + writer warp + math: a unit is published / finished
+  kPdSBarrier = 2,      // math: P^T and dS^T of this step are in shared memory
+  kdQFullBarrier = 3,   // math arrive, writer sync: the step's dQ partial is in shared memory
+  kdQEmptyBarrier = 4,  // writer arrive, math sync: the dQ buffer may be overwritten
+  kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue
+};
+
+// Opt-in per-role wait trace (tests/sm90_check.cu bench): clock64 cycles one representative thread
+// of each role spends waiting, summed per CTA. The slots of CTA c are trace[c * kWsTraceSlots + i].
+enum WsTraceSlot : int {
+  kTraceMathWaitKV = 0,      // math: K/V of a unit landed
+  kTraceMathWaitQ = 1,       // math: Q/dO/lse/dsum stage landed (producer late)
+  kTraceMathWaitPdS = 2,     // math: the other math warpgroup's P^T/dS^T (and dS^T buffer)
+  kTraceMathWaitdQEmpty = 3, // math: the writer has not yet read the previous dQ (writer late)
+  kTraceWriterWaitTicket = 4,  // writer: ticket of tile m (the schedule's waits)
+  kTraceWriterWaitdQFull = 5,  // writer: math has not produced this step's dQ yet
+  kTraceWriterWaitReduce = 6,  // writer: bulk reduction read + completed
+  kTraceProducerWaitEmpty = 7, // producer: a stage is still in use by math
+  kTraceMathSteps = 8,       // math: steps done
+  kTraceMathCycles = 9,      // math: cycles from the first fetch to the end
+  kWsTraceSlots = 10,
+};
+
+// Times one wait of one role into a shared-memory counter when tracing is on (a uniform branch
+// otherwise).
+struct WsTracer {
+  unsigned long long* counters;  // shared memory, or nullptr when tracing is off
+  __device__ __forceinline__ long long start() const { return counters ? clock64() : 0; }
+  __device__ __forceinline__ void stop(int slot, long long t0) const {
+    if (counters) atomicAdd(&counters[slot], static_cast<unsigned long long>(clock64() - t0));
+  }
+  __device__ __forceinline__ void add(int slot, unsigned long long v) const {
+    if (counters) atomicAdd(&counters[slot], v);
+  }
+};
+
+template <class Element_, int kHeadDim_>
+struct WsTraits {
+  using Base = BwdTraits<Element_, kHeadDim_>;
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = Base::kBlockM;
+  static constexpr int kBlockN = Base::kBlockN;
+  static constexpr int kMathThreads = Base::kThreads;  // two warpgroups
+  static constexpr int kMathWarps = kMathThreads / 32;
+  static constexpr int kThreads = 128 + kMathThreads;
+  static constexpr int kUnitThreads = 64 + kMathThreads;  // producer + writer warps + math
+  static constexpr int kdQThreads = 32 + kMathThreads;    // writer warp + math
+  static constexpr int kServiceRegisters = 24;
+  static constexpr int kMathRegisters = 240;
+  static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,
+                "register file of one SM");
+  static constexpr int kStages = 2;  // Q/dO ring
+
+  using BlockM = typename Base::BlockM;
+  using BlockN = typename Base::BlockN;
+  using HeadDim = typename Base::HeadDim;
+  using TiledMmaSdP = typename Base::TiledMmaSdP;
+  using TiledMmadKV = typename Base::TiledMmadKV;
+  using TiledMmadQ = typename Base::TiledMmadQ;
+  using SmemLayoutKV = typename Base::SmemLayoutKV;  // (Bn, d)
+  using SmemLayoutQ = typename Base::SmemLayoutQ;    // (Bm, d)
+  using SmemLayoutPt = typename Base::SmemLayoutPt;  // (Bn, Bm)
+  using SmemLayoutQt = typename Base::SmemLayoutQt;  // (d, Bm) view
+  using SmemLayoutKt = typename Base::SmemLayoutKt;  // (d, Bn) view
+  using SmemLayoutdS = typename Base::SmemLayoutdS;  // (Bm, Bn) view
+
+  static constexpr int kdQFloats = kBlockM * kHeadDim;
+  static constexpr int kdQFloatsPerThread = kdQFloats / kMathThreads;
+  static_assert(kdQFloatsPerThread % 4 == 0, "dQ goes to shared memory in 16-byte chunks");
+  static constexpr uint32_t kdQBytes = kdQFloats * sizeof(float);
+
+  template <int kdSStages>
+  struct Storage {
+    alignas(1024) Element k[kBlockN * kHeadDim];
+    alignas(1024) Element v[kBlockN * kHeadDim];
+    alignas(1024) Element q[kStages][kBlockM * kHeadDim];
+    alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
+    alignas(1024) Element pt[kBlockN * kBlockM];
+    alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
+    alignas(128) float dq[kdQFloats];
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    alignas(8) uint64_t kv_full;
+    uint64_t q_full[kStages];
+    uint64_t q_empty[kStages];
+    int64_t unit_item;  // global item of the current unit (>= total_items: no more work)
+    int32_t unit_kv;    // index of the unit's KV tile within its item
+    int32_t unit_num_steps;
+    unsigned long long trace[kWsTraceSlots];
+  };
+  static constexpr int kSmemAlign = 1024;
+  // Per-unit visit/ticket tables follow the storage; leave room for Nq up to 1024 with two dS^T
+  // buffers, else keep one (and one extra math barrier per step).
+  static constexpr int kTableReserve = 8 * 1024;
+  static constexpr int kMaxSmem = 232448;  // sm90 opt-in limit per block
+  static constexpr int kdSStages =
+      int(sizeof(Storage<2>)) + kSmemAlign + kTableReserve <= kMaxSmem ? 2 : 1;
+  using SharedStorage = Storage<kdSStages>;
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + kSmemAlign;
+  static int64_t smem_bytes(int64_t num_q_tiles) {
+    return kSmemBytes + 2 * num_q_tiles * int64_t(sizeof(int32_t));
+  }
+
+  static constexpr uint32_t kKVBytes = 2u * kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kQStageBytes =
+      2u * kBlockM * kHeadDim * sizeof(Element) + 2u * kBlockM * sizeof(float);
+
+  // Global tensors as (seq, d, heads, batch); TMA zero-fills rows past seq.
+  using GmemShape = Shape<int32_t, HeadDim, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  template <class SmemLayout>
+  static auto make_tma(const Element* ptr, int32_t seq, int32_t heads, int32_t batch,
+                       SmemLayout smem_layout) {
+    const int64_t row_stride = int64_t(heads) * kHeadDim;
+    Tensor g = make_tensor(make_gmem_ptr(ptr), GmemShape{seq, HeadDim{}, heads, batch},
+                           GmemStride{row_stride, _1{}, int64_t(kHeadDim), row_stride * seq});
+    return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout);
+  }
+  using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
+  using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKV{}));
+};
+
+template <class Traits>
+struct WsParams {
+  AttentionParams p;
+  ScheduleProblem sp;
+  int64_t total_items;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaQ tma_do;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  unsigned long long* trace;  // [grid, kWsTraceSlots] or nullptr (no tracing)
+};
+
+// The current unit as every role reads it after the unit barrier.
+struct WsUnit {
+  int64_t item;  // global item
+  int head_linear;
+  int n;  // KV tile
+  int num_steps;
+};
+
+__device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t item, int kv) {
+  WsUnit u;
+  u.item = item;
+  const int per_head = items_per_head(sp);
+  u.head_linear = static_cast<int>(item / per_head);
+  u.n = item_kv_tile(sp, static_cast<int>(item % per_head), kv);
+  u.num_steps = 0;
+  return u;
+}
+
+// ---- producer warp ------------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& smem,
+                                            const int32_t* visit_m) {
+  using Element = typename Traits::Element;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  const AttentionParams& p = P.p;
+  const bool leader = cute::elect_one_sync();
+  const int32_t seq_q = static_cast<int32_t>(p.seq_q);
+  const int32_t seq_kv = static_cast<int32_t>(p.seq_kv);
+  const int32_t batch = static_cast<int32_t>(p.batch);
+  const int group = p.num_heads / p.num_kv_heads;
+  const int64_t rows_q = static_cast<int64_t>(P.sp.num_q_tiles) * kBlockM;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const float* lse_log2_g = p.workspace_f32 + ws.lse_log2;
+  const float* dsum_g = p.workspace_f32 + ws.dsum;
+  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+
+  Tensor mQ = P.tma_q.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
+  Tensor mdO = P.tma_do.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
+  Tensor mK = P.tma_k.get_tma_tensor(make_shape(seq_kv, HeadDim{}, p.num_kv_heads, batch));
+  Tensor mV = P.tma_v.get_tma_tensor(make_shape(seq_kv, HeadDim{}, p.num_kv_heads, batch));
+  auto tma_q = P.tma_q.get_slice(_0{});
+  auto tma_do = P.tma_do.get_slice(_0{});
+  auto tma_k = P.tma_k.get_slice(_0{});
+  auto tma_v = P.tma_v.get_slice(_0{});
+  Tensor tKsK = tma_k.partition_D(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{}));
+  Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
+
+  int q_iter = 0;  // steps issued so far (all units): stage = q_iter % 2, phase = (q_iter / 2) & 1
+  while (true) {
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+    const int64_t item = smem.unit_item;
+    if (item >= P.total_items) break;
+    const WsUnit u = read_unit(P.sp, item, smem.unit_kv);
+    const int num_steps = smem.unit_num_steps;
+    const int b = u.head_linear / p.num_heads;
+    const int h = u.head_linear % p.num_heads;
+    const int kvh = h / group;
+    if (num_steps > 0 && leader) {
+      Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
+      Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
+      Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
+      copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
+      copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
+    }
+    Tensor gQ = local_tile(mQ(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));   // (Bm,d,Nq)
+    Tensor gdO = local_tile(mdO(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (Bm,d,Nq)
+    Tensor tQgQ = tma_q.partition_S(gQ);     // (TMA,TMA_M,TMA_D,Nq)
+    Tensor tdOgdO = tma_do.partition_S(gdO);
+    const int64_t head_rows = static_cast<int64_t>(u.head_linear) * rows_q;
+    for (int s = 0; s < num_steps; ++s, ++q_iter) {
+      const int stage = q_iter % Traits::kStages;
+      const int phase = (q_iter / Traits::kStages) & 1;
+      // The first use of each stage passes at once (waiting for the phase before the first).
+      const long long t0 = tracer.start();
+      cutlass::arch::ClusterBarrier::wait(&smem.q_empty[stage], phase ^ 1);
+      tracer.stop(kTraceProducerWaitEmpty, t0);
+      if (leader) {
+        const int m = visit_m[s];
+        Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+        Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+        Barrier::arrive_and_expect_tx(&smem.q_full[stage], Traits::kQStageBytes);
+        copy(P.tma_q.with(smem.q_full[stage]), tQgQ(_, _, _, m), tma_q.partition_D(sQ));
+        copy(P.tma_do.with(smem.q_full[stage]), tdOgdO(_, _, _, m), tma_do.partition_D(sdO));
+        const int64_t row0 = head_rows + static_cast<int64_t>(m) * kBlockM;
+        bulk_copy_g2s(smem.lse_log2[stage], lse_log2_g + row0, kBlockM * sizeof(float),
+                      &smem.q_full[stage]);
+        bulk_copy_g2s(smem.dsum[stage], dsum_g + row0, kBlockM * sizeof(float),
+                      &smem.q_full[stage]);
+      }
+      __syncwarp();
+    }
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+  }
+}
+
+// ---- dQ writer warp -----------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage& smem,
+                                             const int32_t* visit_m,
+                                             const int32_t* visit_ticket) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const AttentionParams& p = P.p;
+  const bool deterministic = P.sp.schedule != Schedule::kAtomic;
+  const bool leader = cute::elect_one_sync();
+  const int64_t rows_q = static_cast<int64_t>(P.sp.num_q_tiles) * kBlockM;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  float* dq_accum = p.workspace_f32 + ws.dq_accum;
+  int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
+  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+
+  while (true) {
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+    const int64_t item = smem.unit_item;
+    if (item >= P.total_items) break;
+    const WsUnit u = read_unit(P.sp, item, smem.unit_kv);
+    const int num_steps = smem.unit_num_steps;
+    // The buffer is free for the unit's first step (the previous unit's reductions were waited for).
+    if (num_steps > 0) named_barrier_arrive(kdQEmptyBarrier, Traits::kdQThreads);
+    for (int s = 0; s < num_steps; ++s) {
+      const int m = visit_m[s];
+      int32_t* sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m;
+      // Wait for the ticket first: the spin overlaps the math warpgroups' work on this step.
+      if (deterministic && leader) {
+        const long long t0 = tracer.start();
+        spin_until_equal(sem, visit_ticket[s]);
+        tracer.stop(kTraceWriterWaitTicket, t0);
+        fence_async_global();  // the bulk reduction below is ordered after the acquire
+      }
+      __syncwarp();
+      const long long t_full = tracer.start();
+      named_barrier_sync(kdQFullBarrier, Traits::kdQThreads);
+      tracer.stop(kTraceWriterWaitdQFull, t_full);
+      const long long t_reduce = tracer.start();
+      if (leader) {
+        float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
+                                  static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+        bulk_reduce_add_f32(tile, smem.dq, Traits::kdQBytes);
+        bulk_commit_group();
+        bulk_wait_group_read_all();
+      }
+      __syncwarp();
+      if (s + 1 < num_steps) named_barrier_arrive(kdQEmptyBarrier, Traits::kdQThreads);
+      if (leader) {
+        // Release only once the adds are complete in global memory (not merely read from shared
+        // memory): the next ticket holder's adds must land after ours.
+        bulk_wait_group_all();
+        if (deterministic) {
+          fence_async_global();
+          red_release_gpu_add(sem, 1);
+        }
+      }
+      tracer.stop(kTraceWriterWaitReduce, t_reduce);
+      __syncwarp();
+    }
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+  }
+  if (leader) bulk_wait_group_all();
+}
+
+// ---- math warpgroups ----------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem,
+                                        int32_t* visit_m, int32_t* visit_ticket) {
+  using Element = typename Traits::Element;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kMathThreads = Traits::kMathThreads;
+  const AttentionParams& p = P.p;
+  const ScheduleProblem& sp = P.sp;
+  const int tid = threadIdx.x - 128;  // 0..255 within the math warpgroups
+  const bool deterministic = sp.schedule != Schedule::kAtomic;
+  const float scale_log2 = p.scale * kLog2e;
+  const int group = p.num_heads / p.num_kv_heads;
+  const bool gqa = group > 1;
+  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * kBlockN;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  float* dk_accum = p.workspace_f32 + ws.dk_accum;
+  float* dv_accum = p.workspace_f32 + ws.dv_accum;
+  int32_t* dkv_sem = p.workspace_i32 + ws.dkv_semaphore;
+  int32_t* item_counter = p.workspace_i32 + ws.item_counter;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});  // (d, Bn)
+  Tensor sPt = make_tensor(make_smem_ptr(smem.pt), typename Traits::SmemLayoutPt{});  // (Bn, Bm)
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+  static_assert(decltype(size(tdQrdQ))::value == Traits::kdQFloatsPerThread);
+
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
+  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  Tensor tPsPt = thr_sdp.partition_C(sPt);
+  const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
+  const long long t_begin = tracer.start();
+
+  int64_t item = -1;
+  int kv = 0;
+  int q_iter = 0;
+  int kv_loads = 0;
+  while (true) {
+    // Fetch the next unit: the rest of this item, else the next untaken item (in-order fetch).
+    if (tid == 0) {
+      const bool same_item =
+          item >= 0 && kv + 1 < item_num_kv_tiles(sp, static_cast<int>(item % items_per_head(sp)));
+      const int64_t next = same_item ? item : static_cast<int64_t>(atomicAdd(item_counter, 1));
+      smem.unit_item = next;
+      smem.unit_kv = same_item ? kv + 1 : 0;
+    }
+    named_barrier_sync(kMathBarrier, kMathThreads);
+    item = smem.unit_item;
+    kv = smem.unit_kv;
+    const bool done = item >= P.total_items;
+    WsUnit u{};
+    int num_steps = 0;
+    if (!done) {
+      u = read_unit(sp, item, kv);
+      // Visit order and tickets of this unit go to shared memory while no accumulator is live:
+      // the schedule functions are too register-hungry to evaluate in the step loop.
+      num_steps = q_visit_count(sp, u.head_linear, u.n);
+      for (int s = tid; s < num_steps; s += kMathThreads) {
+        const int visit = q_visit_tile(sp, u.head_linear, u.n, s);
+        visit_m[s] = visit;
+        visit_ticket[s] = deterministic ? dq_ticket(sp, u.head_linear, visit, u.n) : 0;
+      }
+      if (tid == 0) smem.unit_num_steps = num_steps;
+    }
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
+    if (done) break;
+
+    const int b = u.head_linear / p.num_heads;
+    const int h = u.head_linear % p.num_heads;
+    const int kvh = h / group;
+    const int64_t kv_head_linear = static_cast<int64_t>(b) * p.num_kv_heads + kvh;
+    const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
+    clear(tdKrdK);
+    clear(tdVrdV);
+    if (num_steps > 0) {
+      const long long t0 = tracer.start();
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, kv_loads & 1);
+      tracer.stop(kTraceMathWaitKV, t0);
+      ++kv_loads;
+      tracer.add(kTraceMathSteps, num_steps);
+    }
+
+    for (int step = 0; step < num_steps; ++step, ++q_iter) {
+      const int stage = q_iter % Traits::kStages;
+      const int ds_stage = Traits::kdSStages == 1 ? 0 : q_iter % Traits::kdSStages;
+      const int m = visit_m[step];
+      const long long t_q = tracer.start();
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage],
+                                                     (q_iter / Traits::kStages) & 1);
+      tracer.stop(kTraceMathWaitQ, t_q);
+
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+      Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+      Tensor sQt = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQt{});
+      Tensor sdOt = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQt{});
+      Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
+      Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+      gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+      gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
+
+      const float* s_lse = smem.lse_log2[stage];
+      const float* s_dsum = smem.dsum[stage];
+      const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
+      // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
+      // lse_log2 = +inf, so their P is already 0).
+      const bool need_mask = kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        const int r = get<0>(tScS(i));  // kv row in tile
+        const int c = get<1>(tScS(i));  // q row in tile
+        float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[c]));
+        if (need_mask) {
+          const int64_t kv_row = kv0 + r;
+          if (kv_row >= p.seq_kv || (p.is_causal && kv_row > q0 + c)) prob = 0.f;
+        }
+        tSrS(i) = prob;
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrdP);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrdP); ++i) {
+        const int c = get<1>(tScS(i));
+        tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[c]);
+      }
+      // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
+      // it: wait until both warpgroups are past that step.
+      if constexpr (Traits::kdSStages == 1) named_barrier_sync(kMathBarrier, kMathThreads);
+      Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
+      Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
+      Tensor tPsdSt = thr_sdp.partition_C(sdSt);
+      // P^T is read only by this warpgroup's own dV wgmma, done at the end of the previous step.
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); i += 2) {
+        st_shared_u32(&tPsPt(i), pack_pair(static_cast<Element>(tSrS(i)),
+                                            static_cast<Element>(tSrS(i + 1))));
+        st_shared_u32(&tPsdSt(i), pack_pair(static_cast<Element>(tSrdP(i)),
+                                             static_cast<Element>(tSrdP(i + 1))));
+      }
+      fence_async_shared();  // generic smem stores -> wgmma reads
+      const long long t_pds = tracer.start();
+      named_barrier_sync(kPdSBarrier, kMathThreads);
+      tracer.stop(kTraceMathWaitPdS, t_pds);
+
+      Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+      Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+      Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+      Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+      gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+      gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
+      gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
+
+      warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
+      warpgroup_fence_operand(tdQrdQ);
+      // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
+      // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
+      const long long t_empty = tracer.start();
+      named_barrier_sync(kdQEmptyBarrier, Traits::kdQThreads);
+      tracer.stop(kTraceMathWaitdQEmpty, t_empty);
+      float4* sdq = reinterpret_cast<float4*>(smem.dq);
+      CUTE_UNROLL
+      for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
+        sdq[k * kMathThreads + tid] =
+            make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+      }
+      fence_async_shared();  // generic smem stores -> the writer's bulk reduction
+      named_barrier_arrive(kdQFullBarrier, Traits::kdQThreads);
+
+      warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdVrdV);
+      __syncwarp();
+      if (cute::elect_one_sync()) {
+        cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);
+      }
+    }
+
+    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (as bwd_main.cuh).
+    const int64_t kv_out_base =
+        (static_cast<int64_t>(b) * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
+    Element* dk_out = static_cast<Element*>(p.dk) + kv_out_base;
+    Element* dv_out = static_cast<Element*>(p.dv) + kv_out_base;
+    if (!gqa) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK); ++i) {
+        const int r = get<0>(tdKVc(i));
+        const int c = get<1>(tdKVc(i));
+        if (kv0 + r < p.seq_kv) {
+          const int64_t o = (kv0 + r) * kv_row_stride + c;
+          dk_out[o] = static_cast<Element>(tdKrdK(i) * p.scale);
+          dv_out[o] = static_cast<Element>(tdVrdV(i));
+        }
+      }
+    } else {
+      // Query heads of a group add their partial dK_n/dV_n in dkv_ticket order; the last one
+      // converts the sum and writes the output.
+      int32_t* sem = dkv_sem + kv_head_linear * sp.num_kv_tiles + u.n;
+      const int ticket = dkv_ticket(sp, h % group, u.n);
+      if (tid == 0) spin_until_equal(sem, ticket);
+      named_barrier_sync(kMathBarrier, kMathThreads);
+      float* dk_tile = dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+      float* dv_tile = dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+      const bool last = ticket == group - 1;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK); ++i) {
+        const int r = get<0>(tdKVc(i));
+        const int c = get<1>(tdKVc(i));
+        float* dk_addr = dk_tile + r * kHeadDim + c;
+        float* dv_addr = dv_tile + r * kHeadDim + c;
+        const float dk_sum = __ldcg(dk_addr) + tdKrdK(i);
+        const float dv_sum = __ldcg(dv_addr) + tdVrdV(i);
+        if (last) {
+          if (kv0 + r < p.seq_kv) {
+            const int64_t o = (kv0 + r) * kv_row_stride + c;
+            dk_out[o] = static_cast<Element>(dk_sum * p.scale);
+            dv_out[o] = static_cast<Element>(dv_sum);
+          }
+        } else {
+          __stcg(dk_addr, dk_sum);
+          __stcg(dv_addr, dv_sum);
+        }
+      }
+      if (!last) {
+        __threadfence();
+        named_barrier_sync(kMathBarrier, kMathThreads);
+        if (tid == 0) red_release_gpu_add(sem, 1);
+      }
+    }
+    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
+  }
+  tracer.stop(kTraceMathCycles, t_begin);
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_main_ws_kernel(const __grid_constant__ WsParams<Traits> P) {
+  using SharedStorage = typename Traits::SharedStorage;
+  extern __shared__ char smem_raw[];
+  // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
+  // bwd_main.cuh).
+  const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
+  const uint32_t smem_pad =
+      (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw + smem_pad);
+  int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
+  int32_t* visit_ticket = visit_m + P.sp.num_q_tiles;
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.q_empty[s], Traits::kMathWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(P.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
+  }
+  __syncthreads();  // the only CTA-wide barrier: barriers initialised
+
+  if (warp < 4) {
+    warpgroup_registers_decrease<Traits::kServiceRegisters>();
+    if (warp == 0) ws_producer<Traits>(P, smem, visit_m);
+    else if (warp == 1) ws_dq_writer<Traits>(P, smem, visit_m, visit_ticket);
+  } else {
+    warpgroup_registers_increase<Traits::kMathRegisters>();
+    ws_math<Traits>(P, smem, visit_m, visit_ticket);
+  }
+  if (P.trace != nullptr) {
+    // Each role's representative thread wrote only its own slots, and every role has passed the
+    // last unit barrier; the math warpgroups (the last to finish) publish the counters.
+    if (warp >= 4) {
+      named_barrier_sync(kMathBarrier, Traits::kMathThreads);
+      if (threadIdx.x == 128) {
+        for (int i = 0; i < kWsTraceSlots; ++i)
+          P.trace[static_cast<int64_t>(blockIdx.x) * kWsTraceSlots + i] = smem.trace[i];
+      }
+    }
+  }
+}
+
+}  // namespace jax_dash::sm90::bwd

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call for the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh, opt-in with
-# JAX_DASH_SM90_BWD=ws): build, the standalone driver's checks under both main kernels (each under a
-# timeout: a hang is a result), compute-sanitizer on the new kernel, then kernel-only timings of
-# both kernels at the headline shapes with the new kernel's per-role wait trace.
+# One device call for the warp-specialized kernels (backward cuda/sm90/bwd_main_ws.cuh, opt-in with
+# JAX_DASH_SM90_BWD=ws; forward with a producer warpgroup and ping-pong, JAX_DASH_SM90_FWD=ws):
+# build, the standalone driver's checks under the default and the new kernels (each under a
+# timeout: a hang is a result), compute-sanitizer on the new kernels, then kernel-only timings of
+# both at the headline shapes with the new backward's per-role wait trace.
 #   scripts/device_ws.sh            env: OUT (default ./device_out), SKIP_BUILD=1, SANITIZE=0,
 #                                        BENCH_ITERS (default 20)
 # The GPU tests of the public op with the new kernel: JAX_DASH_SM90_BWD=ws bash scripts/gpu_tests.sh
@@ -30,10 +31,16 @@ DRIVER=$(find build -name jax_dash_sm90_check -type f -perm -u+x 2>/dev/null | h
 if [[ -z "$DRIVER" ]]; then echo "driver not built"; printf '%s\n' "${summary[@]}"; exit 2; fi
 
 step check_classic 120 "$DRIVER"
-JAX_DASH_SM90_BWD=ws step check_ws 120 "$DRIVER"
-ws_ok=$?
+JAX_DASH_SM90_FWD=ws step check_fwd_ws 120 "$DRIVER"
+fwd_ok=$?
+JAX_DASH_SM90_BWD=ws step check_bwd_ws 120 "$DRIVER"
+bwd_ok=$?
+# The "_ws" steps below run each new kernel that passed its check.
+[[ $fwd_ok -eq 0 ]] && export JAX_DASH_SM90_FWD=ws
+[[ $bwd_ok -eq 0 ]] && export JAX_DASH_SM90_BWD=ws
+ws_ok=$(( fwd_ok == 0 || bwd_ok == 0 ? 0 : 1 ))
 if [[ $ws_ok -eq 0 && "${SANITIZE:-1}" == 1 ]]; then
-  JAX_DASH_SM90_BWD=ws OUT="$OUT/san" TOOLS="synccheck racecheck memcheck" LIMIT=150 \
+  OUT="$OUT/san" TOOLS="synccheck racecheck memcheck" LIMIT=150 \
     step sanitize_ws 480 bash scripts/sanitize.sh "$DRIVER"
 fi
 
@@ -43,8 +50,8 @@ shapes=("2 8192 16 16 128 0 descending" "2 8192 16 16 128 0 atomic"
         "1 16384 32 32 64 0 atomic" "1 16384 32 32 64 1 symmetric_shift")
 for shape in "${shapes[@]}"; do
   tag=$(echo "$shape" | tr ' ' '_')
-  step "bench_classic_$tag" 120 "$DRIVER" bench $shape "$iters"
-  [[ $ws_ok -eq 0 ]] && JAX_DASH_SM90_BWD=ws step "bench_ws_$tag" 120 "$DRIVER" bench $shape "$iters"
+  JAX_DASH_SM90_FWD= JAX_DASH_SM90_BWD= step "bench_classic_$tag" 120 "$DRIVER" bench $shape "$iters"
+  [[ $ws_ok -eq 0 ]] && step "bench_ws_$tag" 120 "$DRIVER" bench $shape "$iters"
 done
 
 echo "==== device_ws summary ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)) ===="

@@ -9,6 +9,7 @@
 //                                  profiler; prints the mean time of each, and with the
 //                                  warp-specialized backward the per-role wait trace of one run
 //   JAX_DASH_SM90_BWD=ws           selects the warp-specialized backward (bwd_main_ws.cuh)
+//   JAX_DASH_SM90_FWD=ws           selects the warp-specialized, ping-pong forward
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
@@ -464,9 +465,13 @@ int main(int argc, char** argv) {
       {2, 100, 260, 4, 2, 64, false, Schedule::kAtomic, fp16},
       {1, 1, 1, 1, 1, 128, true, Schedule::kDescending, bf16},
   };
-  std::printf("backward main kernel: %s\n", jax_dash::sm90::bwd_uses_warp_specialized()
-                                                 ? "warp-specialized (bwd_main_ws.cuh)"
-                                                 : "bwd_main.cuh");
+  const char* fwd_variant = std::getenv("JAX_DASH_SM90_FWD");
+  std::printf("backward main kernel: %s; forward: %s\n",
+              jax_dash::sm90::bwd_uses_warp_specialized() ? "warp-specialized (bwd_main_ws.cuh)"
+                                                          : "bwd_main.cuh",
+              fwd_variant != nullptr && std::strcmp(fwd_variant, "ws") == 0
+                  ? "warp-specialized + ping-pong"
+                  : "default");
   int failed = 0;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed\n", failed ? "FAIL" : "PASS", failed,

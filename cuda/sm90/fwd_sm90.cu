@@ -8,6 +8,14 @@
 // its loop: S of the next KV tile is issued together with P V of the current one, so the tensor
 // cores work while the softmax runs. KV tiles are visited last to first so the tiles that need
 // element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
+//
+// Warp-specialized variant (kWs, opt-in with JAX_DASH_SM90_FWD=ws until verified on a GPU; stages
+// F1 + F2 of shared/KERNEL_PLAN.md): a third warpgroup, registers lowered to 24, issues every TMA
+// load; each K/V stage has an "empty" mbarrier that each math warp arrives on once its wgmma has
+// read the stage (K_j after S_j, V_j after P_j V_j), so no CTA-wide barrier runs in the loop; and
+// the two math warpgroups (registers raised to 240) take turns issuing their wgmmas (two named
+// barriers, "ping-pong"), so one warpgroup's softmax runs while the other's wgmmas use the tensor
+// cores. The arithmetic is the same as the default kernel's: the same bits.
 #include <cuda_runtime.h>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -19,6 +27,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/launch.h"
 #include "cuda/sm90/mask.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -32,13 +44,22 @@ constexpr int kWarpgroupRows = 64;  // rows of one wgmma accumulator
 constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kStages = 2;          // K/V shared-memory ring depth
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kWs_>
 struct FwdKernelTraits {
+  static constexpr bool kWs = kWs_;  // warp-specialized: producer warpgroup + ping-pong
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
   static constexpr int kBlockM = kTiles.fwd_block_m;
   static constexpr int kBlockN = kTiles.fwd_block_n;
-  static constexpr int kWarpgroups = kBlockM / kWarpgroupRows;
-  static constexpr int kThreads = kWarpgroups * kThreadsPerWarpgroup;
+  static constexpr int kWarpgroups = kBlockM / kWarpgroupRows;  // math warpgroups
+  static constexpr int kMathThreads = kWarpgroups * kThreadsPerWarpgroup;
+  static constexpr int kMathWarps = kMathThreads / 32;
+  static constexpr int kThreads = kMathThreads + (kWs ? kThreadsPerWarpgroup : 0);
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kMathRegisters = 240;
+  static_assert(!kWs || kWarpgroups == 2, "ping-pong is written for two math warpgroups");
+  static_assert(kProducerRegisters * kThreadsPerWarpgroup + kMathRegisters * kMathThreads <= 65536,
+                "register file of one SM");
+  static_assert(kMathWarps * 32 == kMathThreads);
   static_assert(kBlockM % kWarpgroupRows == 0, "fwd_block_m must be a multiple of 64");
   static_assert(kBlockN % 16 == 0, "fwd_block_n must be a multiple of 16 (wgmma K of P V)");
   static_assert(kHeadDim % 64 == 0, "head_dim must fill whole 128-byte swizzle rows");
@@ -77,6 +98,8 @@ struct FwdKernelTraits {
     alignas(8) uint64_t bar_q;
     uint64_t bar_k[kStages];
     uint64_t bar_v[kStages];
+    uint64_t k_empty[kStages];  // kWs only: every math warp has read the K stage
+    uint64_t v_empty[kStages];  // kWs only: every math warp has read the V stage
   };
   // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;
@@ -118,10 +141,14 @@ struct FwdKernelParams {
   float* lse;
 };
 
-template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 1)
-    fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim>> p) {
-  using Traits = FwdKernelTraits<Element, kHeadDim>;
+// Named barriers of the ping-pong (kWs): math warpgroup w issues its wgmmas after a sync on
+// kTurnBarrier + w and hands the turn to the other one with an arrive.
+constexpr int kTurnBarrier = 1;
+
+template <class Element, int kHeadDim, bool kWs>
+__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs>> p) {
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -176,10 +203,14 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(&smem.bar_k[s], 1);
       Barrier::init(&smem.bar_v[s], 1);
+      if constexpr (kWs) {
+        cutlass::arch::ClusterBarrier::init(&smem.k_empty[s], Traits::kMathWarps);
+        cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kMathWarps);
+      }
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  __syncthreads();  // the only CTA-wide barrier of the warp-specialized variant
 
   // Iteration j of the KV loop visits n_block = n_end - 1 - j; K_j and V_j live in stage j % 2.
   // K and V are loaded separately because the pipelined loop below frees a K stage one iteration
@@ -194,18 +225,64 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
     copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_end - 1 - j), tVsV(_, _, _, stage));
   };
-  if (is_leader && n_end > 0) {
+  if constexpr (kWs) {
+    if (threadIdx.x < kThreadsPerWarpgroup) {
+      // Producer warpgroup: one thread loads Q, then K_j and V_j into stage j % 2 as soon as every
+      // math warp has released the stage's previous tile (the first use of a stage passes at once).
+      warpgroup_registers_decrease<Traits::kProducerRegisters>();
+      if (is_leader && n_end > 0) {
+        Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
+        copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
+        for (int j = 0; j < n_end; ++j) {
+          const int stage = j % kStages;
+          const int empty_phase = ((j / kStages) & 1) ^ 1;
+          cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
+          load_k(j);
+          cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
+          load_v(j);
+        }
+      }
+      return;
+    }
+    warpgroup_registers_increase<Traits::kMathRegisters>();
+  } else if (is_leader && n_end > 0) {
     Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
     copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
     load_k(0);
     load_v(0);
     if (n_end > 1) load_k(1);
   }
+  const unsigned math_tid = kWs ? threadIdx.x - kThreadsPerWarpgroup : threadIdx.x;
+  const int math_wg = static_cast<int>(math_tid / kThreadsPerWarpgroup);
+  // kWs: this math warp is done reading a K or V stage (one arrive per warp).
+  auto release = [&](uint64_t* empty) {
+    if constexpr (kWs) {
+      __syncwarp();
+      if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
+    }
+  };
+  // kWs ping-pong: each math warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations,
+  // epilogue). The first warpgroup goes first; the second's last hand-over is skipped so that every
+  // arrive meets a sync.
+  const int last_turn = n_end;
+  auto turn_begin = [&]() {
+    if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, Traits::kMathThreads);
+  };
+  auto turn_end = [&](int turn) {
+    if constexpr (kWs) {
+      if (!(math_wg == 1 && turn == last_turn)) {
+        named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), Traits::kMathThreads);
+      }
+    }
+  };
+  if constexpr (kWs) {
+    if (math_wg == 1 && n_end > 0) named_barrier_arrive(kTurnBarrier, Traits::kMathThreads);
+  }
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
-  auto thr_qk = mma_qk.get_thread_slice(threadIdx.x);
-  auto thr_pv = mma_pv.get_thread_slice(threadIdx.x);
+  auto thr_qk = mma_qk.get_thread_slice(math_tid);
+  auto thr_pv = mma_pv.get_thread_slice(math_tid);
   Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors
   Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA,MMA_N,MMA_K,STAGES)
   Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGES)
@@ -280,50 +357,64 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
 
   if (n_end > 0) {
     Barrier::wait(&smem.bar_q, 0);
+    turn_begin();
     issue_qk(0);
+    turn_end(0);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
+    release(&smem.k_empty[0]);
     softmax_scores(0);
     scores_to_p();
   }
   // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
-  __syncthreads();
+  if constexpr (!kWs) __syncthreads();
 
   // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
   // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
   // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
   // conversion and the wgmma issue separate the two P V wgmmas.
   for (int iter = 1; iter < n_end; ++iter) {
+    turn_begin();
     issue_qk(iter);
     softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
     issue_pv(iter - 1);
+    turn_end(iter);
     // Free now (every thread passed the barrier that ended the previous iteration): the K stage
     // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
     // are first needed one iteration later. Issued after this thread's wgmmas so that the TMA
     // work does not delay them.
-    if (is_leader) {
+    if (!kWs && is_leader) {
       if (iter + 1 < n_end) load_k(iter + 1);
       load_v(iter);
     }
     warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
     warpgroup_fence_operand(tSrS);
+    release(&smem.k_empty[iter % kStages]);
     softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
     warpgroup_fence_operand(tSrS);
     // Scheduling fence, a no-op wait: K_iter's phase has completed and no thread can refill that
     // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
     // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
     // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
-    Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+    // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.)
+    if constexpr (kWs) {
+      Barrier::wait(&smem.bar_q, 0);
+    } else {
+      Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+    }
     warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP_storage);
+    release(&smem.v_empty[(iter - 1) % kStages]);
     scores_to_p();
     // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
-    __syncthreads();
+    if constexpr (!kWs) __syncthreads();
   }
   if (n_end > 0) {
+    turn_begin();
     softmax.rescale(out_acc, correction);
     issue_pv(n_end - 1);
+    turn_end(last_turn);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
   }
@@ -348,15 +439,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim>::kThreads, 
                                       static_cast<Element>(out_acc(r, c + 1))};
       *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
     }
-    if (threadIdx.x % 4 == 0) {
+    if (math_tid % 4 == 0) {
       p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
     }
   }
 }
 
-template <class Element, int kHeadDim>
+template <class Element, int kHeadDim, bool kWs>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
@@ -384,13 +475,28 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.lse = ap.lse;
 
 
-  auto kernel = fwd_kernel<Element, kHeadDim>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kWs>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(static_cast<unsigned>(num_tiles)), dim3(Traits::kThreads), Traits::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();
+}
+
+template <bool kWs>
+cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  switch (p.head_dim) {
+    case 64:
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs>(p, stream)
+                  : launch_fwd<cutlass::half_t, 64, kWs>(p, stream);
+    case 128:
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs>(p, stream)
+                  : launch_fwd<cutlass::half_t, 128, kWs>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -400,18 +506,10 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
-  const bool bf16 = p.dtype == DType::kBFloat16;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
-  switch (p.head_dim) {
-    case 64:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64>(p, stream)
-                  : launch_fwd<cutlass::half_t, 64>(p, stream);
-    case 128:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128>(p, stream)
-                  : launch_fwd<cutlass::half_t, 128>(p, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  const char* variant = std::getenv("JAX_DASH_SM90_FWD");
+  return variant != nullptr && std::strcmp(variant, "ws") == 0 ? dispatch_fwd<true>(p, stream)
+                                                               : dispatch_fwd<false>(p, stream);
 }
 
 }  // namespace jax_dash::sm90

@@ -375,7 +375,7 @@ void print_trace(const AttentionParams& p) {
                          "math cycles"};
   const double cycles = sum[slots - 1] > 0 ? sum[slots - 1] : 1.0;
   const double steps = sum[slots - 2] > 0 ? sum[slots - 2] : 1.0;
-  std::printf("trace (sum over %d CTAs; %% of math cycles; cycles per step):\n", p.wave);
+  std::printf("trace (sum over the CTAs; %% of math cycles; cycles per step):\n");
   for (int i = 0; i < slots - 2; ++i) {
     std::printf("  %-24s %6.1f%%  %8.0f\n", names[i], 100.0 * sum[i] / cycles, sum[i] / steps);
   }

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include <cutlass/numeric_types.h>
 
@@ -25,12 +24,22 @@ using bwd::BwdTraits;
 using bwd::WsTraits;
 
 // Which main kernel runs: bwd_main.cuh (default, verified on an H100) or the warp-specialized
-// bwd_main_ws.cuh (opt-in with JAX_DASH_SM90_BWD=ws until it has been verified on a GPU). Both
-// have the same items, visit orders and tickets; their gradients are different bits versions.
-bool use_warp_specialized() {
+// bwd_main_ws.cuh, opt-in until verified on a GPU: JAX_DASH_SM90_BWD=ws (all products SS, stages
+// S1 + S2) or ws-rs (dV, dK with A from registers, + S3). All have the same items, visit orders and
+// tickets; the warp-specialized kernels' gradients are another bits version than bwd_main.cuh's.
+enum class BwdKernel { kDefault, kWarpSpecialized, kWarpSpecializedRs };
+BwdKernel bwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_BWD");
-  return v != nullptr && std::strcmp(v, "ws") == 0;
+  if (v == nullptr) return BwdKernel::kDefault;
+  if (std::strcmp(v, "ws") == 0) return BwdKernel::kWarpSpecialized;
+  if (std::strcmp(v, "ws-rs") == 0) return BwdKernel::kWarpSpecializedRs;
+  return BwdKernel::kDefault;
 }
+bool use_warp_specialized() { return bwd_kernel() != BwdKernel::kDefault; }
+template <class Element, int kHeadDim>
+using WsSsTraits = WsTraits<Element, kHeadDim, false>;
+template <class Element, int kHeadDim>
+using WsRsTraits = WsTraits<Element, kHeadDim, true>;
 
 ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
   const TileConfig t = tile_config(p.head_dim);
@@ -74,12 +83,17 @@ bool dispatch_traits(const AttentionParams& p, F&& f) {
 // Calls f(traits-tag) for the main kernel in use (use_warp_specialized()).
 template <class F>
 bool dispatch(const AttentionParams& p, F&& f) {
-  return use_warp_specialized() ? dispatch_traits<WsTraits>(p, f) : dispatch_traits<BwdTraits>(p, f);
+  switch (bwd_kernel()) {
+    case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kDefault: break;
+  }
+  return dispatch_traits<BwdTraits>(p, f);
 }
 
 template <class Traits>
 auto main_kernel() {
-  if constexpr (std::is_same_v<Traits, WsTraits<typename Traits::Element, Traits::kHeadDim>>) {
+  if constexpr (Traits::kWarpSpecialized) {
     return bwd::bwd_main_ws_kernel<Traits>;
   } else {
     return bwd::bwd_main_kernel<Traits>;
@@ -95,6 +109,16 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
+  if constexpr (Traits::kWarpSpecialized) {
+    // setmaxnreg moves registers between warpgroups inside the CTA's allocation: the math
+    // warpgroups' increase would wait forever if the launch allocation were smaller than the sum.
+    cudaFuncAttributes attr{};
+    if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
+    constexpr int kNeeded =
+        (Traits::kServiceRegisters * 128 + Traits::kMathRegisters * Traits::kMathThreads) /
+        Traits::kThreads;
+    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
+  }
   int max_smem = 0;
   if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess)
@@ -119,7 +143,7 @@ template <class Traits>
 void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
                  unsigned long long* trace, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
-  if constexpr (std::is_same_v<Traits, WsTraits<typename Traits::Element, Traits::kHeadDim>>) {
+  if constexpr (Traits::kWarpSpecialized) {
     using Element = typename Traits::Element;
     bwd::WsParams<Traits> P{};
     P.p = p;
@@ -192,11 +216,10 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 
-  constexpr bool kWs = std::is_same_v<Traits, WsTraits<Element, kHeadDim>>;
-  if constexpr (kWs) {
+  if constexpr (Traits::kWarpSpecialized) {
     if (p.batch * p.seq_q * p.num_heads > 0) {
-      const dim3 blocks(static_cast<unsigned>(sp.num_q_tiles),
-                        static_cast<unsigned>(p.batch * p.num_heads));
+      const dim3 blocks(static_cast<unsigned>(p.batch * p.num_heads),
+                        static_cast<unsigned>(sp.num_q_tiles));
       bwd::bwd_postprocess_dq_fragment_kernel<Traits>
           <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
                                                         static_cast<Element*>(p.dq), p.seq_q,

@@ -40,6 +40,7 @@ struct BwdTraits {
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
   static constexpr int kBlockM = kTiles.bwd_block_m;
   static constexpr int kBlockN = kTiles.bwd_block_n;
+  static constexpr bool kWarpSpecialized = false;
   static constexpr int kWarpgroups = 2;
   static constexpr int kThreads = kWarpgroups * 128;
   static_assert(kBlockN == 64 * kWarpgroups, "each consumer warpgroup owns 64 KV rows");

@@ -25,6 +25,11 @@
 // k * 256 + t. The bulk reduction then adds one contiguous block per step and the smem stores are
 // conflict-free; bwd_postprocess_dq_fragment_kernel maps it back to rows and columns.
 //
+// kRsdKV (stage S3, JAX_DASH_SM90_BWD=ws-rs): dV += P^T dO and dK += dS^T Q take their A operand
+// from registers (the 16-bit P^T and dS^T in the S^T/dP^T accumulator layout, which is the layout
+// of a register A fragment), so P^T never goes through shared memory; dS^T still does, for dQ.
+// Issue order dV (before the math barrier), dQ, dK.
+//
 // Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
 // P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
 // bwd_main.cuh), so the gradients are a different bits version from bwd_main.cuh's.
@@ -33,6 +38,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -61,7 +67,7 @@ enum WsBarrier : int {
 enum WsTraceSlot : int {
   kTraceMathWaitKV = 0,      // math: K/V of a unit landed
   kTraceMathWaitQ = 1,       // math: Q/dO/lse/dsum stage landed (producer late)
-  kTraceMathWaitPdS = 2,     // math: the other math warpgroup's P^T/dS^T (and dS^T buffer)
+  kTraceMathWaitPdS = 2,     // math: the other warpgroup's dS^T (and, hd64, its dS^T buffer)
   kTraceMathWaitdQEmpty = 3, // math: the writer has not yet read the previous dQ (writer late)
   kTraceWriterWaitTicket = 4,  // writer: ticket of tile m (the schedule's waits)
   kTraceWriterWaitdQFull = 5,  // writer: math has not produced this step's dQ yet
@@ -85,9 +91,11 @@ struct WsTracer {
   }
 };
 
-template <class Element_, int kHeadDim_>
+template <class Element_, int kHeadDim_, bool kRsdKV_>
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
+  static constexpr bool kWarpSpecialized = true;
+  static constexpr bool kRsdKV = kRsdKV_;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = Base::kBlockM;
@@ -107,7 +115,14 @@ struct WsTraits {
   using BlockN = typename Base::BlockN;
   using HeadDim = typename Base::HeadDim;
   using TiledMmaSdP = typename Base::TiledMmaSdP;
-  using TiledMmadKV = typename Base::TiledMmadKV;
+  // dV, dK: SS as in bwd_main.cuh, or RS (A = P^T / dS^T from registers) with kRsdKV.
+  using TiledMmadKV = std::conditional_t<
+      kRsdKV,
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float,
+                                                   Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
+                                                   GMMA::Major::MN>(),
+                              Layout<Shape<_2, _1, _1>>{})),
+      typename Base::TiledMmadKV>;
   using TiledMmadQ = typename Base::TiledMmadQ;
   using SmemLayoutKV = typename Base::SmemLayoutKV;  // (Bn, d)
   using SmemLayoutQ = typename Base::SmemLayoutQ;    // (Bm, d)
@@ -121,13 +136,14 @@ struct WsTraits {
   static_assert(kdQFloatsPerThread % 4 == 0, "dQ goes to shared memory in 16-byte chunks");
   static constexpr uint32_t kdQBytes = kdQFloats * sizeof(float);
 
+  static constexpr int kPtElems = kRsdKV ? 8 : kBlockN * kBlockM;  // P^T in smem only for SS
   template <int kdSStages>
   struct Storage {
     alignas(1024) Element k[kBlockN * kHeadDim];
     alignas(1024) Element v[kBlockN * kHeadDim];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
-    alignas(1024) Element pt[kBlockN * kBlockM];
+    alignas(1024) Element pt[kPtElems];
     alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
     alignas(128) float dq[kdQFloats];
     alignas(16) float lse_log2[kStages][kBlockM];
@@ -141,8 +157,9 @@ struct WsTraits {
     unsigned long long trace[kWsTraceSlots];
   };
   static constexpr int kSmemAlign = 1024;
-  // Per-unit visit/ticket tables follow the storage; leave room for Nq up to 1024 with two dS^T
-  // buffers, else keep one (and one extra math barrier per step).
+  // Per-unit visit/ticket tables (8 bytes per Q tile) follow the storage. Two dS^T buffers only if
+  // they leave at least kTableReserve bytes for the tables (Nq >= 1024), else one (and one extra
+  // math barrier per step).
   static constexpr int kTableReserve = 8 * 1024;
   static constexpr int kMaxSmem = 232448;  // sm90 opt-in limit per block
   static constexpr int kdSStages =
@@ -183,6 +200,24 @@ struct WsParams {
   typename Traits::TmaKV tma_v;
   unsigned long long* trace;  // [grid, kWsTraceSlots] or nullptr (no tracing)
 };
+
+// Issues a wgmma chain C (+)= A B with A in registers; the caller waits with warpgroup_wait and
+// must not change A's registers before then.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void gemm_rs(TiledMma& mma, TA& tA, TB const& tB, TC& tC) {
+  warpgroup_fence_operand(tA);
+  warpgroup_fence_operand(tC);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), tC);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(tC);
+  warpgroup_fence_operand(tA);
+}
 
 // The current unit as every role reads it after the unit barrier.
 struct WsUnit {
@@ -392,7 +427,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
 
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
   Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
 
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
@@ -404,7 +438,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
 
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
   Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-  Tensor tPsPt = thr_sdp.partition_C(sPt);
   const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
   const long long t_begin = tracer.start();
 
@@ -501,34 +534,64 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         const int c = get<1>(tScS(i));
         tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[c]);
       }
-      // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
-      // it: wait until both warpgroups are past that step.
-      if constexpr (Traits::kdSStages == 1) named_barrier_sync(kMathBarrier, kMathThreads);
       Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
       Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
       Tensor tPsdSt = thr_sdp.partition_C(sdSt);
-      // P^T is read only by this warpgroup's own dV wgmma, done at the end of the previous step.
+      Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+      Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+      Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+      // P^T and dS^T in 16 bits, in the accumulator's register order.
+      Tensor rP = make_tensor<Element>(tSrS.layout());
+      Tensor rdS = make_tensor<Element>(tSrdP.layout());
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        rP(i) = static_cast<Element>(tSrS(i));
+        rdS(i) = static_cast<Element>(tSrdP(i));
+      }
+      // The accumulator's value order (2, 2, Bm/8) is the register A fragment's
+      // ((2, 2, 2), 1, Bm/16): only the layout changes (as for P in the forward).
+      using RegA = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockM / 16>>>;
+      Tensor tdVrP = make_tensor(rP.data(), RegA{});
+      Tensor tdKrdS = make_tensor(rdS.data(), RegA{});
+      if constexpr (Traits::kRsdKV) {
+        // dV needs nothing from the other warpgroup: issue it before the barrier.
+        gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
+      }
+      // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
+      // it: wait until both warpgroups are past that step.
+      if constexpr (Traits::kdSStages == 1) {
+        const long long t_ds = tracer.start();
+        named_barrier_sync(kMathBarrier, kMathThreads);
+        tracer.stop(kTraceMathWaitPdS, t_ds);
+      }
+      // Elements 2i, 2i+1 are adjacent q columns of one kv row: one 32-bit store per pair.
+      // P^T (SS only) is read only by this warpgroup's own dV wgmma, done in the previous step.
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); i += 2) {
-        st_shared_u32(&tPsPt(i), pack_pair(static_cast<Element>(tSrS(i)),
-                                            static_cast<Element>(tSrS(i + 1))));
-        st_shared_u32(&tPsdSt(i), pack_pair(static_cast<Element>(tSrdP(i)),
-                                             static_cast<Element>(tSrdP(i + 1))));
+        if constexpr (!Traits::kRsdKV) {
+          Tensor tPsPt = thr_sdp.partition_C(sPt);
+          st_shared_u32(&tPsPt(i), pack_pair(rP(i), rP(i + 1)));
+        }
+        st_shared_u32(&tPsdSt(i), pack_pair(rdS(i), rdS(i + 1)));
       }
       fence_async_shared();  // generic smem stores -> wgmma reads
       const long long t_pds = tracer.start();
       named_barrier_sync(kPdSBarrier, kMathThreads);
       tracer.stop(kTraceMathWaitPdS, t_pds);
 
-      Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-      Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
-      Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
-      Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-      gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-      gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
-      gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
-
-      warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
+      if constexpr (Traits::kRsdKV) {
+        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+        gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
+        warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
+      } else {
+        Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
+        Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
+        // dQ first: its hand-off to the writer then overlaps the dV and dK wgmmas.
+        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+        gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
+        gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
+        warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
+      }
       warpgroup_fence_operand(tdQrdQ);
       // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
       // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
@@ -547,6 +610,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
       warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(rP);
+      warpgroup_fence_operand(rdS);
       __syncwarp();
       if (cute::elect_one_sync()) {
         cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kPostprocessThreads)
 }
 
 // The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
-// (Q tile, head); thread t reads the 16-byte chunks k * 256 + t of the tile (coalesced) and finds
+// (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the 16-byte chunks k * 256 + t of the tile (coalesced) and finds
 // each value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that
 // stored it. Adjacent column pairs go out as one 32-bit store.
 template <class Traits>
@@ -45,8 +45,8 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kThreads = Traits::kMathThreads;
   const int tid = threadIdx.x;
-  const int m = blockIdx.x;
-  const int64_t head_linear = blockIdx.y;
+  const int64_t head_linear = blockIdx.x;
+  const int m = blockIdx.y;
   const int64_t b = head_linear / num_heads;
   const int h = static_cast<int>(head_linear % num_heads);
   typename Traits::TiledMmadQ mma_dq;

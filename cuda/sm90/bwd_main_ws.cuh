@@ -553,6 +553,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       using RegA = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockM / 16>>>;
       Tensor tdVrP = make_tensor(rP.data(), RegA{});
       Tensor tdKrdS = make_tensor(rdS.data(), RegA{});
+      static_assert(decltype(size(tdVrP))::value == decltype(size(tSrS))::value);
+      static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
+                    "each thread must own one 64-row accumulator");
       if constexpr (Traits::kRsdKV) {
         // dV needs nothing from the other warpgroup: issue it before the barrier.
         gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
@@ -610,8 +613,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
       warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(rP);
-      warpgroup_fence_operand(rdS);
       __syncwarp();
       if (cute::elect_one_sync()) {
         cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);

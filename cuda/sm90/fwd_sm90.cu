@@ -479,6 +479,16 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
+  if constexpr (kWs) {
+    // setmaxnreg moves registers between warpgroups inside the launch allocation: the math
+    // warpgroups' increase would wait forever if that allocation were smaller than the split.
+    cudaFuncAttributes attr{};
+    if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
+    constexpr int kNeeded = (Traits::kProducerRegisters * kThreadsPerWarpgroup +
+                             Traits::kMathRegisters * Traits::kMathThreads) /
+                            Traits::kThreads;
+    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
+  }
   kernel<<<dim3(static_cast<unsigned>(num_tiles)), dim3(Traits::kThreads), Traits::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();

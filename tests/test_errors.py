@@ -46,10 +46,13 @@ def test_bad_arrays(kwargs, error, pattern):
     (dict(schedule=None), ValueError, r"schedule=None"),
     (dict(is_causal="yes"), TypeError, r"is_causal must be a Python bool, got 'yes'"),
     (dict(is_causal=jnp.array(True)), TypeError, r"is_causal must be a Python bool"),
-    (dict(scale="0.5"), TypeError, r"scale must be a Python number .* got '0.5'"),
-    (dict(scale=jnp.float32(0.5) * jnp.ones(())), TypeError, r"scale must be a Python number"),
+    (dict(scale="0.5"), TypeError, r"scale must be a real number or a 0-d array .* got '0.5'"),
+    (dict(scale=jnp.ones((2,))), ValueError, r"scale must be 0-d .* shape \(2,\)"),
+    (dict(scale=jnp.array(True)), TypeError, r"scale must be .* dtype bool"),
+    (dict(scale=jnp.array(1 + 2j)), TypeError, r"scale must be .* dtype complex64"),
     (dict(scale=float("nan")), ValueError, r"scale must be finite, got nan"),
-    (dict(scale=True), TypeError, r"scale must be a Python number"),
+    (dict(scale=np.array(np.inf)), ValueError, r"scale must be finite, got inf"),
+    (dict(scale=True), TypeError, r"scale must be a real number"),
 ])
 def test_bad_options(kwargs, error, pattern):
     with pytest.raises(error, match=pattern):

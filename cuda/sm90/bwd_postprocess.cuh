@@ -1,4 +1,4 @@
-// Backward postprocess: dq = dq_accum * scale in the output dtype (the main kernel sums unscaled
+// Backward postprocess: dq = dq_accum * scale (*scale_ptr, on the device) in the output dtype (the main kernel sums unscaled
 // partial dQ tiles in fp32; rows past seq_q are padding and never written).
 #pragma once
 
@@ -15,7 +15,7 @@ template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPostprocessThreads)
     bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, Element* __restrict__ dq,
                               int64_t batch, int64_t seq_q, int num_heads, int64_t rows_q,
-                              float scale) {
+                              const float* __restrict__ scale_ptr) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kPostprocessThreads + threadIdx.x;
   const int64_t total = batch * seq_q * num_heads * kHeadDim;
   if (i >= total) return;
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   const int64_t s = (rest / num_heads) % seq_q;
   const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
   const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
-  dq[i] = static_cast<Element>(v * scale);
+  dq[i] = static_cast<Element>(v * *scale_ptr);
 }
 
 }  // namespace jax_dash::sm90::bwd

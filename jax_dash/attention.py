@@ -50,8 +50,10 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
     (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn`` does, so NumPy
     float64 becomes float32 unless ``jax_enable_x64`` is on.
 
-    Differentiation: first-order reverse mode (``jax.grad``, ``jax.vjp``) only; forward mode
-    (``jax.jvp``, ``jax.jacfwd``) and derivatives of the gradient raise a ``TypeError`` saying so.
+    Differentiation: first-order reverse mode (``jax.grad``, ``jax.vjp``) only. Derivatives of the
+    gradient and forward mode (``jax.jvp``, ``jax.jacfwd``) raise a ``TypeError`` saying so (forward
+    mode under ``jit`` gets JAX's own "can't apply forward-mode autodiff (jvp) to a custom_vjp
+    function", raised while lowering).
     """
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
@@ -92,12 +94,12 @@ _FIRST_ORDER_ONLY = (
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def _attention(q, k, v, scale, is_causal, schedule, scale_is_traced):
-    out, _ = sharding.forward_op(is_causal)(q, k, v, scale)
+    out, _ = _forward_op(is_causal)(q, k, v, scale)
     return out
 
 
 def _attention_fwd(q, k, v, scale, is_causal, schedule, scale_is_traced):
-    out, lse = sharding.forward_op(is_causal)(q, k, v, scale)
+    out, lse = _forward_op(is_causal)(q, k, v, scale)
     return out, (q, k, v, scale, out, lse)
 
 
@@ -125,21 +127,29 @@ def _backward(q, k, v, out, lse, dout, scale, is_causal, schedule):
     return jax.lax.platform_dependent(*args, **branches)
 
 
-@functools.lru_cache(maxsize=16)  # keyed by (is_causal, schedule): 2 * 5 entries
-def _backward_op(is_causal, schedule):
-    """``sharding.backward_op`` behind a custom_jvp whose rule says, in words, that the op's
-    gradient is not differentiable (grad of grad would otherwise fail inside JAX's internals)."""
-    op = sharding.backward_op(is_causal, schedule)
-
+def _first_order_only(op):
+    """``op`` behind a custom_jvp whose rule says, in words, that it is not differentiable: the
+    custom_vjp's forward and backward are differentiated only by higher-order or forward-mode
+    AD, which would otherwise fail inside JAX's internals (custom_partitioning has no JVP)."""
     @jax.custom_jvp
-    def backward(q, k, v, out, lse, dout, scale):
-        return op(q, k, v, out, lse, dout, scale)
+    def wrapped(*args):
+        return op(*args)
 
-    @backward.defjvp
-    def backward_jvp(primals, tangents):
+    @wrapped.defjvp
+    def wrapped_jvp(primals, tangents):
         raise TypeError(_FIRST_ORDER_ONLY)
 
-    return backward
+    return wrapped
+
+
+@functools.lru_cache(maxsize=4)  # keyed by is_causal
+def _forward_op(is_causal):
+    return _first_order_only(sharding.forward_op(is_causal))
+
+
+@functools.lru_cache(maxsize=16)  # keyed by (is_causal, schedule): 2 * 5 entries
+def _backward_op(is_causal, schedule):
+    return _first_order_only(sharding.backward_op(is_causal, schedule))
 
 
 def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule):

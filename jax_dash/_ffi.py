@@ -76,9 +76,10 @@ def _unify_varying(*arrays):
 
 
 def fwd_call(q, k, v, scale, is_causal: bool):
-    """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` is a 0-d
-    float32 array: an operand (not an attribute), so a new scale reuses the compiled call."""
-    q, k, v, scale = _unify_varying(q, k, v, scale)
+    """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` (a number
+    or a 0-d array) is passed as a 0-d float32 operand, not an attribute, so a new scale reuses
+    the compiled call."""
+    q, k, v, scale = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32))
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
@@ -89,9 +90,10 @@ def fwd_call(q, k, v, scale, is_causal: bool):
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str):
-    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` is a
-    0-d float32 array, as in ``fwd_call``."""
-    q, k, v, out, lse, dout, scale = _unify_varying(q, k, v, out, lse, dout, scale)
+    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` as in
+    ``fwd_call``."""
+    q, k, v, out, lse, dout, scale = _unify_varying(q, k, v, out, lse, dout,
+                                                    jnp.asarray(scale, jnp.float32))
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(

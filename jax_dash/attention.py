@@ -78,8 +78,8 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
     query, key, value, scale = _ffi._unify_varying(query, key, value, scale)
     try:
         out = _attention(query, key, value, scale, bool(is_causal), schedule, scale_is_traced)
-    except TypeError as exc:
-        if "forward-mode" not in str(exc) and "jvp" not in str(exc):
+    except TypeError as exc:  # JAX's own words for forward mode on a custom_vjp (eager)
+        if "forward-mode autodiff (jvp) to a custom_vjp" not in str(exc):
             raise
         raise TypeError(_FIRST_ORDER_ONLY) from exc
     return out[0] if unbatched else out
@@ -87,8 +87,8 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
 
 _FIRST_ORDER_ONLY = (
     "jax_dash.attention supports first-order reverse-mode differentiation only (jax.grad, "
-    "jax.vjp, jax.value_and_grad): forward mode (jax.jvp, jax.jacfwd, jax.linearize of a "
-    "jvp) and derivatives of its gradient (grad of grad, hessians) are not implemented; use "
+    "jax.vjp, jax.value_and_grad): forward mode (jax.jvp, jax.jacfwd) and derivatives of its "
+    "gradient (grad of grad, jax.hessian) are not implemented; use "
     "jax.nn.dot_product_attention for those")
 
 
@@ -109,7 +109,7 @@ def _attention_bwd(is_causal, schedule, scale_is_traced, residuals, dout):
     dq, dk, dv = _backward(q, k, v, out, lse, dout, scale, is_causal, schedule)
     if scale_is_traced:
         dscale = _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule)
-    else:  # a Python number: nothing differentiates with respect to it
+    else:  # a number or a concrete array: no gradient can reach it
         dscale = jnp.zeros_like(scale)
     return dq, dk, dv, dscale
 
@@ -297,7 +297,7 @@ def _check_dtypes(query, key, value):
                         f"{dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
 
 
-def _check_scale(scale, head_dim=None):
+def _check_scale(scale, head_dim=None, allowed="a real number"):
     """The softmax scale as a float: ``1 / sqrt(head_dim)`` for None, else a real number that is
     finite in float32, the precision the kernels take it in (1e39 would become inf there).
     Also validates ``scale`` for the Flax adapter, which has no head_dim yet (None stays None).
@@ -305,8 +305,7 @@ def _check_scale(scale, head_dim=None):
     if scale is None:
         return None if head_dim is None else 1.0 / math.sqrt(head_dim)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a real number or a 0-d array of a real dtype, got "
-                        f"{scale!r} of type {type(scale).__name__}")
+        raise TypeError(f"scale must be {allowed}, got {scale!r} of type {type(scale).__name__}")
     try:
         as_float = float(scale)
     except OverflowError:  # a Python int beyond float64
@@ -320,6 +319,9 @@ def _check_scale(scale, head_dim=None):
     return as_float
 
 
+_SCALE_ALLOWED = "a real number or a 0-d array of a real dtype"
+
+
 def _scale_operand(scale, head_dim):
     """(0-d float32 array for the kernels, whether it is traced: a gradient may reach it).
 
@@ -329,12 +331,11 @@ def _scale_operand(scale, head_dim):
     if scale is None or isinstance(scale, numbers.Real):
         return jnp.asarray(_check_scale(scale, head_dim), jnp.float32), False
     if not isinstance(scale, (jax.Array, np.ndarray)):
-        _check_scale(scale)  # raises the TypeError for strings and other objects
+        _check_scale(scale, allowed=_SCALE_ALLOWED)  # raises the TypeError for other objects
     dtype = np.dtype(scale.dtype)
     if dtype == np.bool_ or not (jnp.issubdtype(dtype, jnp.floating)
                                  or jnp.issubdtype(dtype, jnp.integer)):
-        raise TypeError(f"scale must be a real number or a 0-d array of a real dtype, got an "
-                        f"array of dtype {dtype}")
+        raise TypeError(f"scale must be {_SCALE_ALLOWED}, got an array of dtype {dtype}")
     if np.shape(scale) != ():
         raise ValueError(f"scale must be 0-d (a single number), got an array of shape "
                          f"{tuple(np.shape(scale))}")

@@ -245,6 +245,7 @@ size_t kv_elems(const Case& c) {
 struct DeviceProblem {
   DeviceBuffer<uint16_t> q, k, v, out, dout, dq, dk, dv;
   DeviceBuffer<float> lse;
+  DeviceBuffer<float> scale_buffer;  // 0-d: the kernels read the softmax scale from device memory
   jax_dash::BwdWorkspaceLayout ws;
   DeviceBuffer<float> wf;
   DeviceBuffer<int32_t> wi;
@@ -253,7 +254,7 @@ struct DeviceProblem {
   DeviceProblem(const Case& c, double scale)
       : q(q_elems(c)), k(kv_elems(c)), v(kv_elems(c)), out(q_elems(c)), dout(q_elems(c)),
         dq(q_elems(c)), dk(kv_elems(c)), dv(kv_elems(c)),
-        lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q),
+        lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q), scale_buffer(1),
         ws(jax_dash::bwd_workspace_layout(c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads,
                                           c.head_dim)),
         wf(ws.f32_size), wi(ws.i32_size) {
@@ -264,7 +265,8 @@ struct DeviceProblem {
     p.num_kv_heads = c.kv_heads;
     p.head_dim = c.head_dim;
     p.dtype = c.dtype;
-    p.scale = static_cast<float>(scale);
+    scale_buffer.upload({static_cast<float>(scale)});
+    p.scale_ptr = scale_buffer.ptr;
     p.is_causal = c.causal;
     p.schedule = c.schedule;
     p.tiles = jax_dash::tile_config(c.head_dim);
@@ -279,7 +281,9 @@ struct DeviceProblem {
     p.dv = dv.ptr;
     p.workspace_f32 = wf.ptr;
     p.workspace_i32 = wi.ptr;
-    p.wave = jax_dash::sm90::bwd_wave(p);
+    jax_dash::sm90::BwdOccupancy occupancy;
+    CHECK_CUDA(jax_dash::sm90::bwd_occupancy(p, &occupancy));
+    p.wave = occupancy.wave;
   }
 };
 

@@ -111,7 +111,8 @@ def test_eval_shape_works_as_the_shape_dtype_struct_message_says():
 def test_numpy_float64_is_converted_as_jax_nn_does_with_or_without_jit():
     """x64 off: jax.nn converts NumPy float64 to float32 (jnp.asarray); so does the op, in a plain
     call as under jit (where jit's argument conversion did it already)."""
-    q, k, v = (np.asarray(x, np.float64) + 0.1 * i for i, x in enumerate(arrays(kv_shape=(2, 16, 4, 32))))
+    q, k, v = (np.asarray(x, np.float64) + 0.1 * i
+               for i, x in enumerate(arrays(kv_shape=(2, 16, 4, 32))))
     plain = jax_dash.attention(q, k, v)
     jitted = jax.jit(jax_dash.attention)(q, k, v)
     as_f32 = jax_dash.attention(*(jnp.asarray(x, jnp.float32) for x in (q, k, v)))

@@ -222,6 +222,7 @@ def _device_wave(device):
     return _ffi.CPU_WAVE
 
 
+@functools.lru_cache(maxsize=1)  # a process's backends do not change
 def _gpu_wave():
     """The wave of this process's (first) CUDA GPU, or None where JAX has no CUDA backend."""
     try:
@@ -300,8 +301,7 @@ def _check_dtypes(query, key, value):
 def _check_scale(scale, head_dim=None, allowed="a real number"):
     """The softmax scale as a float: ``1 / sqrt(head_dim)`` for None, else a real number that is
     finite in float32, the precision the kernels take it in (1e39 would become inf there).
-    Also validates ``scale`` for the Flax adapter, which has no head_dim yet (None stays None).
-    Python (and NumPy scalar) numbers only; arrays go through ``_scale_operand``."""
+    Python (and NumPy scalar) numbers only; ``_scale_operand`` also takes arrays."""
     if scale is None:
         return None if head_dim is None else 1.0 / math.sqrt(head_dim)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
@@ -322,6 +322,13 @@ def _check_scale(scale, head_dim=None, allowed="a real number"):
 _SCALE_ALLOWED = "a real number or a 0-d array of a real dtype"
 
 
+def validate_scale(scale):
+    """Raises what ``attention`` raises for a bad ``scale`` (None is fine): for adapters that
+    take the scale before they see a head_dim (the Flax factory)."""
+    if scale is not None:
+        _scale_operand(scale, None)
+
+
 def _scale_operand(scale, head_dim):
     """(0-d float32 array for the kernels, whether it is traced: a gradient may reach it).
 
@@ -329,7 +336,7 @@ def _scale_operand(scale, head_dim):
     be 0-d with a real (integer or floating) dtype; their value is not checked, which would need it
     on the host: a non-finite scale gives NaN or inf as in jax.nn."""
     if scale is None or isinstance(scale, numbers.Real):
-        return jnp.asarray(_check_scale(scale, head_dim), jnp.float32), False
+        return jnp.asarray(_check_scale(scale, head_dim, _SCALE_ALLOWED), jnp.float32), False
     if not isinstance(scale, (jax.Array, np.ndarray)):
         _check_scale(scale, allowed=_SCALE_ALLOWED)  # raises the TypeError for other objects
     dtype = np.dtype(scale.dtype)

@@ -37,9 +37,9 @@ def _jax_nn(q, k, v, scale, is_causal):
                                         is_causal=is_causal)
 
 
-@pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize("scale", [0.3, 0.0, -1.2])
+@pytest.mark.parametrize("scale, is_causal", [(0.3, False), (0.0, True), (-1.2, True)])
 def test_gradient_of_a_traced_scale_matches_jax_nn(scale, is_causal):
+    """dL/dscale = <Q, dQ> / scale, and at scale 0 a second backward (see _scale_cotangent)."""
     q, k, v, _ = random_inputs(0, 2, 40, 33, 4, 2, 32, jnp.float32)
     grad = functools.partial(jax.grad(_loss, argnums=(1, 2, 3, 4)), is_causal=is_causal)
     ours = jax.jit(grad, static_argnums=0)(_ours, q, k, v, jnp.float32(scale))

@@ -155,10 +155,11 @@ def _backward_op(is_causal, schedule):
 def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule):
     """dL/dscale for a traced scale. With S = Q K^T and logits scale * S, dL/dscale =
     sum(dLogits * S), and dQ = scale * dLogits K, so <Q, dQ> = scale * sum(dLogits * S):
-    dL/dscale = <Q, dQ> / scale (as precise as dQ). At scale == 0 that quotient is 0 / 0, so
-    there the backward runs once more on Q' = 0 * Q with scale 1, a problem with the same
-    logits (all 0), hence the same out and lse: its dQ' is dLogits K itself and
-    dL/dscale = <Q, dQ'>. ``lax.cond`` runs that second backward only when scale == 0."""
+    dL/dscale = <Q, dQ> / scale (as precise as dQ in the input dtype: float16's range makes it
+    coarse for |scale| below about 1e-3, where dQ nears float16's subnormals). At scale == 0
+    that quotient is 0 / 0, so there the backward runs once more on Q' = 0 * Q with scale 1, a
+    problem with the same logits (all 0), hence the same out and lse: its dQ' is dLogits K
+    itself and dL/dscale = <Q, dQ'>. ``lax.cond`` runs that second backward only when scale == 0."""
     def inner(a, b):
         return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
 
@@ -346,6 +347,6 @@ def _scale_operand(scale, head_dim):
     if np.shape(scale) != ():
         raise ValueError(f"scale must be 0-d (a single number), got an array of shape "
                          f"{tuple(np.shape(scale))}")
-    if isinstance(scale, np.ndarray):  # a host value: checked like a number, nothing to differentiate
+    if isinstance(scale, np.ndarray):  # a host value: checked like a number; no gradient
         return jnp.asarray(_check_scale(scale.item()), jnp.float32), False
     return jnp.asarray(scale).astype(jnp.float32), isinstance(scale, jax.core.Tracer)

@@ -499,7 +499,8 @@ def test_choose_schedule_at_a_million_tokens_is_fast_and_small():
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "begin = time.perf_counter()\n"
         "picks = [schedules.choose_schedule(seq_q=s, seq_kv=s, head_dim=128, is_causal=True,\n"
-        "                                   wave=w) for s in (1 << 20, 1 << 21) for w in (132, 8192)]\n"
+        "                                   wave=w)\n"
+        "         for s in (1 << 20, 1 << 21) for w in (132, 8192)]\n"
         "elapsed = time.perf_counter() - begin\n"
         "grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
         "print(json.dumps([picks, elapsed, grown_kb]))\n")

@@ -1,4 +1,5 @@
-// Backward postprocess: dq = dq_accum * scale (*scale_ptr, on the device) in the output dtype (the main kernel sums unscaled
+// Backward postprocess: dq = dq_accum * scale in the output dtype, the scale read from device
+// memory (*scale_ptr) so that a traced scale needs no host copy (the main kernel sums unscaled
 // partial dQ tiles in fp32; rows past seq_q are padding and never written).
 #pragma once
 

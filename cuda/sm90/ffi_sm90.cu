@@ -119,7 +119,8 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule, ffi::Result<ffi::AnyBuffer> dq,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule,
+                   ffi::Result<ffi::AnyBuffer> dq,
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {

@@ -2,6 +2,7 @@
 // say so), plus the nanobind module that hands them to Python.
 #include <cstdint>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "cuda/cpu/attention_cpu.h"
@@ -21,8 +22,9 @@ namespace jax_dash {
 // CTA per SM) so that wave-dependent tickets (shift) give the bits such a GPU would.
 constexpr int32_t kCpuWave = 132;
 
-static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, float scale,
-                             bool is_causal, ffi::Result<ffi::AnyBuffer> out,
+static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                             ffi::Buffer<ffi::F32> scale, bool is_causal,
+                             ffi::Result<ffi::AnyBuffer> out,
                              ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -39,6 +41,8 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
   p.lse = lse->typed_data();
   try {
     cpu::forward(p);
+  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
+    return ffi::Error::InvalidArgument(std::string("jax_dash CPU forward: ") + e.what());
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jax_dash CPU forward: ") + e.what());
   }
@@ -47,7 +51,7 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
 
 static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                              ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                             float scale, bool is_causal, int32_t schedule,
+                             ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule,
                              ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                              ffi::Result<ffi::AnyBuffer> dv,
                              ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
@@ -62,6 +66,8 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
   p.wave = kCpuWave;
   try {
     cpu::backward(p);
+  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
+    return ffi::Error::InvalidArgument(std::string("jax_dash CPU backward: ") + e.what());
   } catch (const std::exception& e) {
     return ffi::Error::Internal(std::string("jax_dash CPU backward: ") + e.what());
   }
@@ -75,7 +81,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCpu, jax_dash::FwdCpuImpl,
                                   .Arg<ffi::AnyBuffer>()          // query
                                   .Arg<ffi::AnyBuffer>()          // key
                                   .Arg<ffi::AnyBuffer>()          // value
-                                  .Attr<float>("scale")           // softmax scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Attr<bool>("is_causal")        // top-left causal mask
                                   .Ret<ffi::AnyBuffer>()          // out
                                   .Ret<ffi::Buffer<ffi::F32>>()   // lse
@@ -89,7 +95,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Arg<ffi::AnyBuffer>()          // out
                                   .Arg<ffi::Buffer<ffi::F32>>()   // lse
                                   .Arg<ffi::AnyBuffer>()          // dout
-                                  .Attr<float>("scale")           // softmax scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Attr<bool>("is_causal")        // top-left causal mask
                                   .Attr<int32_t>("schedule")      // jax_dash::Schedule
                                   .Ret<ffi::AnyBuffer>()          // dq

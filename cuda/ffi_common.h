@@ -2,6 +2,7 @@
 // The Python layer validates first with friendlier messages; these checks are the last line.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -92,10 +93,11 @@ inline ffi::Error check_buffer(const char* name, const ffi::AnyBuffer& buffer,
   return ffi::Error::Success();
 }
 
-// Fills the problem description of p from q [B, Sq, H, D], k/v [B, Sk, Hkv, D].
+// Fills the problem description of p from q [B, Sq, H, D], k/v [B, Sk, Hkv, D] and the 0-d
+// float32 scale (its pointer only: on the GPU it is device memory, read by the kernels).
 inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
-                                   const ffi::AnyBuffer& v, float scale, bool is_causal,
-                                   AttentionParams* p) {
+                                   const ffi::AnyBuffer& v, const ffi::Buffer<ffi::F32>& scale,
+                                   bool is_causal, AttentionParams* p) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4)
     return ffi::Error::InvalidArgument(
@@ -129,13 +131,22 @@ inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer
   if (qd[3] <= 0 || qd[3] > 256 || qd[3] % 8 != 0)
     return ffi::Error::InvalidArgument("jax_dash: head_dim must be a multiple of 8 up to 256, "
                                        "got " + std::to_string(qd[3]));
+  // Head counts are int32 in AttentionParams and batch * num_heads indexes heads of work
+  // (ScheduleProblem::num_heads).
+  if (qd[2] > INT32_MAX || qd[0] * qd[2] > INT32_MAX)
+    return ffi::Error::InvalidArgument(
+        "jax_dash: batch * num_heads must be below 2^31, got batch=" + std::to_string(qd[0]) +
+        " and num_heads=" + std::to_string(qd[2]) + "; split the call along the batch or heads");
+  if (scale.dimensions().size() != 0)
+    return ffi::Error::InvalidArgument("jax_dash: scale must be a 0-d float32 array, got shape " +
+                                       dims_string(scale.dimensions()));
   P.batch = qd[0];
   P.seq_q = qd[1];
   P.seq_kv = kd[1];
   P.num_heads = static_cast<int32_t>(qd[2]);
   P.num_kv_heads = static_cast<int32_t>(kd[2]);
   P.head_dim = static_cast<int32_t>(qd[3]);
-  P.scale = scale;
+  P.scale_ptr = scale.typed_data();
   P.is_causal = is_causal;
   P.tiles = tile_config(P.head_dim);
   P.q = q.untyped_data();

@@ -23,7 +23,10 @@ struct AttentionParams {
   int32_t num_kv_heads;
   int32_t head_dim;
   DType dtype;
-  float scale;
+  // The softmax scale: a 0-d float32 operand of the FFI call, so a new scale is new data, not a
+  // new executable. On the GPU a device pointer that kernels read (never the host: no sync); on
+  // the CPU a host pointer.
+  const float* scale_ptr;
   bool is_causal;
   Schedule schedule;
   TileConfig tiles;

@@ -112,6 +112,14 @@ Int32Array dkv_tickets(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t 
   return to_numpy(std::move(tickets), {static_cast<size_t>(group_size), nkv});
 }
 
+// What a head's schedule is without its tables: (effective schedule id, items_per_head). O(1).
+nb::tuple schedule_summary(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
+                           int32_t block_n, bool is_causal, int32_t wave) {
+  const ScheduleProblem p =
+      checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal, 1, wave);
+  return nb::make_tuple(static_cast<int32_t>(effective_schedule(p)), items_per_head(p));
+}
+
 }  // namespace
 
 void bind_schedules(nb::module_& m) {
@@ -123,6 +131,10 @@ void bind_schedules(nb::module_& m) {
         nb::arg("seq_kv"), nb::arg("block_m"), nb::arg("block_n"), nb::arg("is_causal"),
         nb::arg("num_heads"), nb::arg("wave"), nb::arg("group_size"),
         "dkv_ticket(head_in_group, n) as a (group_size, Nkv) int32 array.");
+  m.def("schedule_summary", &schedule_summary, nb::arg("schedule"), nb::arg("seq_q"),
+        nb::arg("seq_kv"), nb::arg("block_m"), nb::arg("block_n"), nb::arg("is_causal"),
+        nb::arg("wave"),
+        "(effective schedule id, items_per_head) of one head, without building its tables.");
 }
 
 }  // namespace jax_dash

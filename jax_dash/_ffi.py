@@ -75,21 +75,25 @@ def _unify_varying(*arrays):
                  for x in arrays)
 
 
-def fwd_call(q, k, v, scale: float, is_causal: bool):
-    """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``."""
-    q, k, v = _unify_varying(q, k, v)
+def fwd_call(q, k, v, scale, is_causal: bool):
+    """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` (a number
+    or a 0-d array) is passed as a 0-d float32 operand, not an attribute, so a new scale reuses
+    the compiled call."""
+    q, k, v, scale = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32))
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
-    return jax.ffi.ffi_call("jax_dash_fwd", result_types)(
-        q, k, v, scale=np.float32(scale), is_causal=bool(is_causal))
+    return jax.ffi.ffi_call("jax_dash_fwd", result_types)(q, k, v, scale,
+                                                         is_causal=bool(is_causal))
 
 
-def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: str):
-    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped."""
-    q, k, v, out, lse, dout = _unify_varying(q, k, v, out, lse, dout)
+def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str):
+    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` as in
+    ``fwd_call``."""
+    q, k, v, out, lse, dout, scale = _unify_varying(q, k, v, out, lse, dout,
+                                                    jnp.asarray(scale, jnp.float32))
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
@@ -102,6 +106,6 @@ def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: s
         _result_type((i32_size,), jnp.int32, q),
     )
     dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
-        q, k, v, out, lse, dout, scale=np.float32(scale), is_causal=bool(is_causal),
+        q, k, v, out, lse, dout, scale, is_causal=bool(is_causal),
         schedule=np.int32(SCHEDULE_IDS[schedule]))
     return dq, dk, dv

@@ -29,7 +29,11 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
         ``num_heads`` must be a multiple of ``num_kv_heads`` (GQA/MQA): query head ``h`` reads
         kv head ``h // (num_heads // num_kv_heads)``.
       value: same shape as ``key``.
-      scale: softmax scale, a Python number; default ``1 / sqrt(head_dim)``.
+      scale: softmax scale; default ``1 / sqrt(head_dim)``. A Python number (it must be finite in
+        float32) or a 0-d array, traced or not, as in ``jax.nn``. Either way it reaches the kernels
+        as a float32 operand, so a changing scale reuses the compiled kernels, and ``jax.grad``
+        differentiates with respect to a traced scale. A non-finite array scale is not checked
+        (that would need its value on the host): it gives NaN or inf, as in ``jax.nn``.
       is_causal: top-left causal mask: query ``i`` sees key ``j`` iff ``j <= i`` (the meaning of
         ``jax.nn.dot_product_attention``). A query that sees no key outputs 0 and gets zero
         gradient.
@@ -42,14 +46,21 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
       Array with the shape and dtype of ``query``.
 
     dtypes: bfloat16 and float16 on GPU (Hopper, head_dim 64 or 128); the CPU kernels also take
-    float32 and any head_dim that is a multiple of 8 up to 256.
+    float32 and any head_dim that is a multiple of 8 up to 256. Inputs that are not JAX arrays
+    (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn`` does, so NumPy
+    float64 becomes float32 unless ``jax_enable_x64`` is on.
+
+    Differentiation: first-order reverse mode (``jax.grad``, ``jax.vjp``) only. Derivatives of the
+    gradient and forward mode (``jax.jvp``, ``jax.jacfwd``) raise a ``TypeError`` saying so (forward
+    mode under ``jit`` gets JAX's own "can't apply forward-mode autodiff (jvp) to a custom_vjp
+    function", raised while lowering).
     """
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
     _check_dtypes(query, key, value)
     head_dim = query.shape[-1]
-    scale = _check_scale(scale, head_dim)
+    scale, scale_is_traced = _scale_operand(scale, head_dim)
     if not isinstance(is_causal, (bool, np.bool_)):
         raise TypeError(f"is_causal must be a Python bool, got {is_causal!r} "
                         f"(type {type(is_causal).__name__})")
@@ -57,71 +68,189 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
         raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
 
     unbatched = query.ndim == 3
+    if schedule == "auto":
+        schedule = _auto_schedule(query, key, bool(is_causal))
     if unbatched:
         query, key, value = query[None], key[None], value[None]
-    if schedule == "auto":
-        schedule = _auto_schedule(query.shape, key.shape, bool(is_causal))
-    out = _attention(query, key, value, scale, bool(is_causal), schedule)
+    # Inside shard_map, operands that vary over fewer mesh axes than the others (K/V of
+    # tensor-parallel MQA, the scale) are cast to varying here, outside the custom_vjp: JAX's own
+    # transpose of that cast sums their cotangents over those axes (jax.nn does the same).
+    query, key, value, scale = _ffi._unify_varying(query, key, value, scale)
+    try:
+        out = _attention(query, key, value, scale, bool(is_causal), schedule, scale_is_traced)
+    except TypeError as exc:  # JAX's own words for forward mode on a custom_vjp (eager)
+        if "forward-mode autodiff (jvp) to a custom_vjp" not in str(exc):
+            raise
+        raise TypeError(_FIRST_ORDER_ONLY) from exc
     return out[0] if unbatched else out
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attention(q, k, v, scale, is_causal, schedule):
-    out, _ = sharding.forward_op(scale, is_causal)(q, k, v)
+_FIRST_ORDER_ONLY = (
+    "jax_dash.attention supports first-order reverse-mode differentiation only (jax.grad, "
+    "jax.vjp, jax.value_and_grad): forward mode (jax.jvp, jax.jacfwd) and derivatives of its "
+    "gradient (grad of grad, jax.hessian) are not implemented; use "
+    "jax.nn.dot_product_attention for those")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _attention(q, k, v, scale, is_causal, schedule, scale_is_traced):
+    out, _ = _forward_op(is_causal)(q, k, v, scale)
     return out
 
 
-def _attention_fwd(q, k, v, scale, is_causal, schedule):
-    out, lse = sharding.forward_op(scale, is_causal)(q, k, v)
-    return out, (q, k, v, out, lse)
+def _attention_fwd(q, k, v, scale, is_causal, schedule, scale_is_traced):
+    out, lse = _forward_op(is_causal)(q, k, v, scale)
+    return out, (q, k, v, scale, out, lse)
 
 
-def _attention_bwd(scale, is_causal, schedule, residuals, dout):
-    q, k, v, out, lse = residuals
-    return sharding.backward_op(scale, is_causal, schedule)(q, k, v, out, lse,
-                                                            dout.astype(out.dtype))
+def _attention_bwd(is_causal, schedule, scale_is_traced, residuals, dout):
+    q, k, v, scale, out, lse = residuals
+    dout = dout.astype(out.dtype)
+    dq, dk, dv = _backward(q, k, v, out, lse, dout, scale, is_causal, schedule)
+    if scale_is_traced:
+        dscale = _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule)
+    else:  # a number or a concrete array: no gradient can reach it
+        dscale = jnp.zeros_like(scale)
+    return dq, dk, dv, dscale
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def _auto_schedule(q_shape, k_shape, is_causal):
+def _backward(q, k, v, out, lse, dout, scale, is_causal, schedule):
+    """The backward op; ``schedule`` is a name, or ``((platform, name), ...)`` when "auto" chose
+    per platform (traced inputs): the branch of the platform the computation lowers for runs."""
+    args = (q, k, v, out, lse, dout, scale)
+    if isinstance(schedule, str):
+        return _backward_op(is_causal, schedule)(*args)
+    branches = {platform: _backward_op(is_causal, name) for platform, name in schedule}
+    return jax.lax.platform_dependent(*args, **branches)
+
+
+def _first_order_only(op):
+    """``op`` behind a custom_jvp whose rule says, in words, that it is not differentiable: the
+    custom_vjp's forward and backward are differentiated only by higher-order or forward-mode
+    AD, which would otherwise fail inside JAX's internals (custom_partitioning has no JVP)."""
+    @jax.custom_jvp
+    def wrapped(*args):
+        return op(*args)
+
+    @wrapped.defjvp
+    def wrapped_jvp(primals, tangents):
+        raise TypeError(_FIRST_ORDER_ONLY)
+
+    return wrapped
+
+
+@functools.lru_cache(maxsize=4)  # keyed by is_causal
+def _forward_op(is_causal):
+    return _first_order_only(sharding.forward_op(is_causal))
+
+
+@functools.lru_cache(maxsize=16)  # keyed by (is_causal, schedule): 2 * 5 entries
+def _backward_op(is_causal, schedule):
+    return _first_order_only(sharding.backward_op(is_causal, schedule))
+
+
+def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule):
+    """dL/dscale for a traced scale. With S = Q K^T and logits scale * S, dL/dscale =
+    sum(dLogits * S), and dQ = scale * dLogits K, so <Q, dQ> = scale * sum(dLogits * S):
+    dL/dscale = <Q, dQ> / scale (as precise as dQ in the input dtype: float16's range makes it
+    coarse for |scale| below about 1e-3, where dQ nears float16's subnormals). At scale == 0
+    that quotient is 0 / 0, so there the backward runs once more on Q' = 0 * Q with scale 1, a
+    problem with the same logits (all 0), hence the same out and lse: its dQ' is dLogits K
+    itself and dL/dscale = <Q, dQ'>. ``lax.cond`` runs that second backward only when scale == 0."""
+    def inner(a, b):
+        return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
+
+    def nonzero_scale():
+        return inner(q, dq) / scale
+
+    def zero_scale():
+        dq_unscaled, _, _ = _backward(jnp.zeros_like(q), k, v, out, lse, dout,
+                                      jnp.ones_like(scale), is_causal, schedule)
+        return inner(q, dq_unscaled)
+
+    return jax.lax.cond(scale != 0, nonzero_scale, zero_scale).astype(scale.dtype)
+
+
+def _auto_schedule(query, key, is_causal):
     """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, mask) and the device's nominal wave. Batch size and head
-    count are deliberately not passed: under vmap, sharding or a different batch the same
-    sequence must get the same schedule, hence the same bits."""
-    try:
-        from jax_dash import schedules
-    except ImportError:  # the simulator is optional at import time of the op
-        return "descending"
-    chooser = getattr(schedules, "choose_schedule", None)
-    if chooser is None:
-        return "descending"
-    seq_q, head_dim = q_shape[-3], q_shape[-1]
-    return chooser(seq_q=seq_q, seq_kv=k_shape[-3], head_dim=head_dim, is_causal=is_causal,
-                   wave=_nominal_wave())
+    problem (seq_q, seq_kv, head_dim, mask) and the nominal wave of the device the computation
+    runs on. Batch size and head count are deliberately not passed: under vmap, sharding or a
+    different batch the same sequence must get the same schedule, hence the same bits.
+
+    The device: that of concrete (not traced) inputs; for traced inputs it is not known before
+    lowering, so the choice is made per platform (CPU and, where JAX has one, the GPU) and
+    ``lax.platform_dependent`` picks the one the computation lowers for. Returns a schedule name,
+    or ``((platform, name), ...)`` where the platforms' choices differ."""
+    from jax_dash import schedules
+
+    def choose(wave):
+        return schedules.choose_schedule(seq_q=query.shape[-3], seq_kv=key.shape[-3],
+                                         head_dim=query.shape[-1], is_causal=is_causal, wave=wave)
+
+    device = _device_of(query, key)
+    if device is not None:
+        return choose(_device_wave(device))
+    choices = {"cpu": choose(_ffi.CPU_WAVE)}
+    gpu_wave = _gpu_wave()
+    if gpu_wave is not None:
+        choices["cuda"] = choose(gpu_wave)
+    if len(set(choices.values())) == 1:
+        return choices["cpu"]
+    return tuple(sorted(choices.items()))
 
 
-def _nominal_wave():
-    """Resident backward CTAs of the default device's model (its SM count on GPU; the CPU kernels'
+def _device_of(*arrays):
+    """The device a concrete array lives on (the lowest id where it is sharded), else None."""
+    for x in arrays:
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            try:
+                return min(x.devices(), key=lambda d: d.id)
+            except Exception:  # noqa: BLE001 - a deleted or otherwise unusable array
+                return None
+    return None
+
+
+def _device_wave(device):
+    """Resident backward CTAs of a device's model (its SM count on GPU; the CPU kernels'
     CPU_WAVE otherwise): a property of the GPU model, never of the call, so auto's choice does
     not change with the batch or the sharding."""
-    device = jax.devices()[0]
     cores = getattr(device, "core_count", None)
     if device.platform == "gpu" and isinstance(cores, int) and cores > 0:
         return cores
     return _ffi.CPU_WAVE
 
 
+@functools.lru_cache(maxsize=1)  # a process's backends do not change
+def _gpu_wave():
+    """The wave of this process's (first) CUDA GPU, or None where JAX has no CUDA backend."""
+    try:
+        gpus = jax.devices("cuda")
+    except RuntimeError:
+        return None
+    return _device_wave(gpus[0]) if gpus else None
+
+
 # ---- validation ---------------------------------------------------------------------------------
 
 def _as_array(x, name):
-    if isinstance(x, jax.Array) or hasattr(x, "shape") and hasattr(x, "dtype"):
+    """JAX arrays (and tracers) as they are; anything else through ``jnp.asarray`` as jax.nn does
+    (NumPy float64 becomes float32 unless x64 is on, as under jit)."""
+    if isinstance(x, jax.Array):
         return x
+    if isinstance(x, jax.ShapeDtypeStruct):
+        raise TypeError(f"{name} is a jax.ShapeDtypeStruct {x.shape} {x.dtype}, which describes an "
+                        "array but holds no values; pass an array (for shapes only, call "
+                        "jax.eval_shape(jax_dash.attention, query, key, value))")
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
     try:
         return jnp.asarray(x)
-    except TypeError as exc:
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from exc
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array, got {type(x).__name__} that jnp.asarray "
+                        f"cannot convert: {exc}") from exc
 
 
 def _check_shapes(query, key, value):
@@ -170,15 +299,14 @@ def _check_dtypes(query, key, value):
                         f"{dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
 
 
-def _check_scale(scale, head_dim=None):
+def _check_scale(scale, head_dim=None, allowed="a real number"):
     """The softmax scale as a float: ``1 / sqrt(head_dim)`` for None, else a real number that is
     finite in float32, the precision the kernels take it in (1e39 would become inf there).
-    Also validates ``scale`` for the Flax adapter, which has no head_dim yet (None stays None)."""
+    Python (and NumPy scalar) numbers only; ``_scale_operand`` also takes arrays."""
     if scale is None:
         return None if head_dim is None else 1.0 / math.sqrt(head_dim)
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a Python number (it is compiled into the kernel), got "
-                        f"{scale!r} of type {type(scale).__name__}")
+        raise TypeError(f"scale must be {allowed}, got {scale!r} of type {type(scale).__name__}")
     try:
         as_float = float(scale)
     except OverflowError:  # a Python int beyond float64
@@ -190,3 +318,35 @@ def _check_scale(scale, head_dim=None):
                          f"whose finite values are at most {float(np.finfo(np.float32).max):.8g} "
                          "in magnitude")
     return as_float
+
+
+_SCALE_ALLOWED = "a real number or a 0-d array of a real dtype"
+
+
+def validate_scale(scale):
+    """Raises what ``attention`` raises for a bad ``scale`` (None is fine): for adapters that
+    take the scale before they see a head_dim (the Flax factory)."""
+    if scale is not None:
+        _scale_operand(scale, None)
+
+
+def _scale_operand(scale, head_dim):
+    """(0-d float32 array for the kernels, whether it is traced: a gradient may reach it).
+
+    Numbers keep ``_check_scale``'s checks. Arrays (``jax.Array``, tracers, NumPy 0-d arrays) must
+    be 0-d with a real (integer or floating) dtype; their value is not checked, which would need it
+    on the host: a non-finite scale gives NaN or inf as in jax.nn."""
+    if scale is None or isinstance(scale, numbers.Real):
+        return jnp.asarray(_check_scale(scale, head_dim, _SCALE_ALLOWED), jnp.float32), False
+    if not isinstance(scale, (jax.Array, np.ndarray)):
+        _check_scale(scale, allowed=_SCALE_ALLOWED)  # raises the TypeError for other objects
+    dtype = np.dtype(scale.dtype)
+    if dtype == np.bool_ or not (jnp.issubdtype(dtype, jnp.floating)
+                                 or jnp.issubdtype(dtype, jnp.integer)):
+        raise TypeError(f"scale must be {_SCALE_ALLOWED}, got an array of dtype {dtype}")
+    if np.shape(scale) != ():
+        raise ValueError(f"scale must be 0-d (a single number), got an array of shape "
+                         f"{tuple(np.shape(scale))}")
+    if isinstance(scale, np.ndarray):  # a host value: checked like a number; no gradient
+        return jnp.asarray(_check_scale(scale.item()), jnp.float32), False
+    return jnp.asarray(scale).astype(jnp.float32), isinstance(scale, jax.core.Tracer)

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_dash
-from jax_dash.attention import _check_scale
+from jax_dash.attention import validate_scale
 
 __all__ = ["attention_fn", "make_attention_fn"]
 
@@ -124,7 +124,7 @@ def make_attention_fn(
         passed anyway is verified at run time against it.
       schedule: ``jax_dash.attention``'s backward schedule (``"auto"``, ``"ascending"``, ...).
       scale: logit scale; default ``1/sqrt(head_dim)``, as Flax uses. Checked here by the rule of
-        ``jax_dash.attention`` (a real number, finite in float32).
+        ``jax_dash.attention`` (a real number finite in float32, or a 0-d array).
       check_mask: verify a traced mask at run time (default). ``False`` trusts the declared
         ``is_causal`` and does not read the mask.
 
@@ -136,7 +136,7 @@ def make_attention_fn(
         raise TypeError(f"is_causal={is_causal!r} must be None, True or False")
     if not isinstance(schedule, str) or schedule not in jax_dash.SCHEDULES:
         raise ValueError(f"schedule={schedule!r} must be one of {jax_dash.SCHEDULES}")
-    _check_scale(scale)  # jax_dash.attention's own rule, so that both take the same scales
+    validate_scale(scale)  # jax_dash.attention's own rule, so that both take the same scales
     if not isinstance(check_mask, bool):
         raise TypeError(f"check_mask={check_mask!r} must be True or False")
     declared_causal = is_causal

@@ -508,13 +508,16 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       level or behind at 8k), and the simulator's steady state puts them within ~2% where a head is
       one slice and shift behind where it is not: nothing clearly faster, so auto takes
       descending, whose tickets (those of ascending) give the same dQ bits on every GPU.
+
+    The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
+    head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
     """
-    problem = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
-                           is_causal=is_causal, wave=wave)
-    if problem.is_causal:
-        tables = head_tables("symmetric_shift", problem, 0)
-        if (tables["effective_schedule"] == "symmetric_shift"
-                and tables["items_per_head"] <= problem.wave):
+    p = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
+                     is_causal=is_causal, wave=wave)
+    if p.is_causal:
+        effective, items_per_head = _ext.schedule_summary(
+            _schedule_id("symmetric_shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, True, p.wave)
+        if SCHEDULE_NAMES[effective] == "symmetric_shift" and items_per_head <= p.wave:
             return "symmetric_shift"
     return "descending"
 

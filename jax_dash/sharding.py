@@ -4,6 +4,7 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
 
 * ``custom_vmap``: a vmapped call folds the mapped axis into the batch axis and calls the kernel
   once (nested vmaps fold one after another). Unmapped operands are broadcast along the new axis.
+  A vmapped ``scale`` (one per element) cannot share one call: the elements then run in turn.
 * ``custom_partitioning`` (GSPMD and Shardy): batch and heads shard with no communication. Heads
   shard only when the mesh axes divide ``num_kv_heads`` too, so every shard holds whole GQA groups;
   otherwise heads are gathered. The sequence and head_dim axes are always gathered (replicated)
@@ -23,12 +24,15 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_dash import _ffi
 
-# Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim.
-_FWD_RULE = "b s h d, b t k d, b t k d -> b s h d, b h s"
-_BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d "
+# Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim; the last
+# operand is the 0-d scale (an empty mapping).
+_FWD_RULE = "b s h d, b t k d, b t k d, -> b s h d, b h s"
+_BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d, "
              "-> b s h d, b t k d, b t k d")
 # Listed in order of first appearance in the rules, as Shardy requires.
 _REPLICATED_FACTORS = ("s", "d", "t")
+# forward_op/backward_op are keyed by (is_causal[, schedule]) only: at most 2 * 5 entries.
+_OP_CACHE_SIZE = 16
 
 
 def _axes_size(mesh, axes) -> int:
@@ -68,14 +72,21 @@ def _lse_spec(mesh, batch_axes, head_axes):
     return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, None))
 
 
+def _replicated(mesh):
+    """The 0-d scale: on every device."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
 def _fold_vmapped(axis_size, in_batched, args):
-    """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every operand."""
+    """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every 4-D operand
+    (the scale, last, is passed through: callers fold only when it is not batched)."""
+    *arrays, scale = args
     folded = []
-    for x, batched in zip(args, in_batched):
+    for x, batched in zip(arrays, in_batched):
         if not batched:
             x = jnp.broadcast_to(x[None], (axis_size,) + x.shape)
         folded.append(x.reshape((axis_size * x.shape[1],) + x.shape[2:]))
-    return folded
+    return folded + [scale]
 
 
 def _unfold(axis_size, outs):
@@ -85,20 +96,26 @@ def _unfold(axis_size, outs):
 def _vmapped_call(op, axis_size, in_batched, args):
     """``op`` over a vmapped axis: folded into the batch, called once, unfolded. A size-0 axis
     runs no kernel (its batch size could not be unfolded again) and gives empty results shaped
-    like ``op`` on one element."""
+    like ``op`` on one element. A vmapped scale (one per element) cannot share a call, so then
+    the elements run one after another (``lax.map``)."""
     if axis_size == 0:
         one = [jax.ShapeDtypeStruct(x.shape[1:] if batched else x.shape, x.dtype)
                for x, batched in zip(args, in_batched)]
         return tuple(jnp.zeros((0,) + o.shape, o.dtype) for o in jax.eval_shape(op, *one))
+    if in_batched[-1]:
+        stacked = [x if batched else jnp.broadcast_to(x[None], (axis_size,) + x.shape)
+                   for x, batched in zip(args, in_batched)]
+        return tuple(jax.lax.map(lambda xs: op(*xs), stacked))
     return _unfold(axis_size, op(*_fold_vmapped(axis_size, in_batched, args)))
 
 
-@functools.lru_cache(maxsize=None)
-def forward_op(scale: float, is_causal: bool):
-    """``(q, k, v) -> (out, lse)`` for 4-D inputs, batchable and partitionable."""
+@functools.lru_cache(maxsize=_OP_CACHE_SIZE)
+def forward_op(is_causal: bool):
+    """``(q, k, v, scale) -> (out, lse)`` for 4-D inputs and a 0-d float32 scale, batchable and
+    partitionable."""
 
     @custom_partitioning
-    def partitioned(q, k, v):
+    def partitioned(q, k, v, scale):
         return _ffi.fwd_call(q, k, v, scale, is_causal)
 
     def infer(mesh, arg_shapes, result_shape):
@@ -112,32 +129,32 @@ def forward_op(scale: float, is_causal: bool):
         seq = _seq_spec(mesh, batch_axes, head_axes)
         outs = (seq, _lse_spec(mesh, batch_axes, head_axes))
 
-        def lower(q, k, v):
+        def lower(q, k, v, scale):
             return _ffi.fwd_call(q, k, v, scale, is_causal)
 
-        return mesh, lower, outs, (seq, seq, seq)
+        return mesh, lower, outs, (seq, seq, seq, _replicated(mesh))
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_FWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v):
-        return partitioned(q, k, v)
+    def op(q, k, v, scale):
+        return partitioned(q, k, v, scale)
 
     @op.def_vmap
-    def op_vmap(axis_size, in_batched, q, k, v):
-        return _vmapped_call(op, axis_size, in_batched, (q, k, v)), (True, True)
+    def op_vmap(axis_size, in_batched, q, k, v, scale):
+        return _vmapped_call(op, axis_size, in_batched, (q, k, v, scale)), (True, True)
 
     return op
 
 
-@functools.lru_cache(maxsize=None)
-def backward_op(scale: float, is_causal: bool, schedule: str):
-    """``(q, k, v, out, lse, dout) -> (dq, dk, dv)`` for 4-D inputs."""
+@functools.lru_cache(maxsize=_OP_CACHE_SIZE)
+def backward_op(is_causal: bool, schedule: str):
+    """``(q, k, v, out, lse, dout, scale) -> (dq, dk, dv)`` for 4-D inputs."""
 
     @custom_partitioning
-    def partitioned(q, k, v, out, lse, dout):
+    def partitioned(q, k, v, out, lse, dout, scale):
         return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule)
 
     def infer(mesh, arg_shapes, result_shape):
@@ -152,18 +169,19 @@ def backward_op(scale: float, is_causal: bool, schedule: str):
         seq = _seq_spec(mesh, batch_axes, head_axes)
         lse = _lse_spec(mesh, batch_axes, head_axes)
 
-        def lower(q, k, v, out, lse_, dout):
+        def lower(q, k, v, out, lse_, dout, scale):
             return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule)
 
-        return mesh, lower, (seq, seq, seq), (seq, seq, seq, seq, lse, seq)
+        return (mesh, lower, (seq, seq, seq),
+                (seq, seq, seq, seq, lse, seq, _replicated(mesh)))
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_BWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v, out, lse, dout):
-        return partitioned(q, k, v, out, lse, dout)
+    def op(q, k, v, out, lse, dout, scale):
+        return partitioned(q, k, v, out, lse, dout, scale)
 
     @op.def_vmap
     def op_vmap(axis_size, in_batched, *args):

@@ -39,6 +39,7 @@ bwd_ok=$?
 JAX_DASH_SM90_BWD=ws-rs step check_bwd_ws_rs 60 "$DRIVER"
 bwd_rs_ok=$?
 step check_classic 60 "$DRIVER"
+[[ $fwd_ok -eq 0 && $bwd_ok -eq 0 && $bwd_rs_ok -eq 0 ]] && step variants 60 "$DRIVER" variants
 # The "_ws" steps below run each new kernel that passed its check (ws-rs before ws).
 [[ $fwd_ok -eq 0 ]] && export JAX_DASH_SM90_FWD=ws
 if [[ $bwd_rs_ok -eq 0 ]]; then export JAX_DASH_SM90_BWD=ws-rs

@@ -8,7 +8,10 @@
 //                                  backward (and forward) of one bf16 problem, `iters` times, for a
 //                                  profiler; prints the mean time of each, and with the
 //                                  warp-specialized backward the per-role wait trace of one run
-//   JAX_DASH_SM90_BWD=ws           selects the warp-specialized backward (bwd_main_ws.cuh)
+//   jax_dash_sm90_check variants   the same bits from the kernel variants that promise them: the
+//                                  default and the warp-specialized forward; the ws and ws-rs
+//                                  backward (each the same cases, compared bitwise)
+//   JAX_DASH_SM90_BWD=ws|ws-rs     selects a warp-specialized backward (bwd_main_ws.cuh)
 //   JAX_DASH_SM90_FWD=ws           selects the warp-specialized, ping-pong forward
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
@@ -248,6 +251,7 @@ size_t kv_elems(const Case& c) {
 struct DeviceProblem {
   DeviceBuffer<uint16_t> q, k, v, out, dout, dq, dk, dv;
   DeviceBuffer<float> lse;
+  DeviceBuffer<float> scale_buffer;  // 0-d: the kernels read the softmax scale from device memory
   jax_dash::BwdWorkspaceLayout ws;
   DeviceBuffer<float> wf;
   DeviceBuffer<int32_t> wi;
@@ -256,7 +260,7 @@ struct DeviceProblem {
   DeviceProblem(const Case& c, double scale)
       : q(q_elems(c)), k(kv_elems(c)), v(kv_elems(c)), out(q_elems(c)), dout(q_elems(c)),
         dq(q_elems(c)), dk(kv_elems(c)), dv(kv_elems(c)),
-        lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q),
+        lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q), scale_buffer(1),
         ws(jax_dash::bwd_workspace_layout(c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads,
                                           c.head_dim)),
         wf(ws.f32_size), wi(ws.i32_size) {
@@ -267,7 +271,8 @@ struct DeviceProblem {
     p.num_kv_heads = c.kv_heads;
     p.head_dim = c.head_dim;
     p.dtype = c.dtype;
-    p.scale = static_cast<float>(scale);
+    scale_buffer.upload({static_cast<float>(scale)});
+    p.scale_ptr = scale_buffer.ptr;
     p.is_causal = c.causal;
     p.schedule = c.schedule;
     p.tiles = jax_dash::tile_config(c.head_dim);
@@ -282,7 +287,9 @@ struct DeviceProblem {
     p.dv = dv.ptr;
     p.workspace_f32 = wf.ptr;
     p.workspace_i32 = wi.ptr;
-    p.wave = jax_dash::sm90::bwd_wave(p);
+    jax_dash::sm90::BwdOccupancy occupancy;
+    CHECK_CUDA(jax_dash::sm90::bwd_occupancy(p, &occupancy));
+    p.wave = occupancy.wave;
   }
 };
 
@@ -351,6 +358,57 @@ bool run_case(const Case& c) {
   }
   std::printf("  wave %d: %s\n", d.p.wave, ok ? "PASS" : "FAIL");
   return ok;
+}
+
+// The outputs of one case's forward (out, lse) and backward (dq, dk, dv, from the forward's out and
+// lse) with the environment variable `var` set to `value` ("" = unset) for the call.
+struct Outputs {
+  std::vector<uint16_t> out, dq, dk, dv;
+  std::vector<float> lse;
+};
+Outputs run_with(const Case& c, const char* var, const char* value) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const char* saved = std::getenv(var);
+  const std::string saved_value = saved ? saved : "";
+  if (*value) setenv(var, value, 1);
+  else unsetenv(var);
+  DeviceProblem d(c, scale);
+  d.q.upload(random_tensor(q_elems(c), c.dtype, 1));
+  d.k.upload(random_tensor(kv_elems(c), c.dtype, 2));
+  d.v.upload(random_tensor(kv_elems(c), c.dtype, 3));
+  d.dout.upload(random_tensor(q_elems(c), c.dtype, 4));
+  d.out.poison();
+  d.lse.poison();
+  CHECK_CUDA(jax_dash::sm90::run_fwd(d.p, nullptr));
+  CHECK_CUDA(jax_dash::sm90::run_bwd(d.p, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  Outputs o{d.out.download(), d.dq.download(), d.dk.download(), d.dv.download(),
+            d.lse.download()};
+  if (saved) setenv(var, saved_value.c_str(), 1);
+  else unsetenv(var);
+  return o;
+}
+
+int variants(const Case* cases, size_t n) {
+  int failed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Case& c = cases[i];
+    if (c.schedule == Schedule::kAtomic) continue;  // races: no bits to compare
+    const Outputs f0 = run_with(c, "JAX_DASH_SM90_FWD", ""), f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws");
+    const bool fwd_same = f0.out == f1.out && std::memcmp(f0.lse.data(), f1.lse.data(),
+                                                          f0.lse.size() * sizeof(float)) == 0;
+    const Outputs b0 = run_with(c, "JAX_DASH_SM90_BWD", "ws"),
+                  b1 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs");
+    const bool bwd_same = b0.dq == b1.dq && b0.dk == b1.dk && b0.dv == b1.dv;
+    std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward default == ws: %s; "
+                "backward ws == ws-rs: %s\n",
+                i, static_cast<long long>(c.seq_q), static_cast<long long>(c.seq_kv), c.head_dim,
+                c.causal ? "causal" : "full", schedule_name(c.schedule),
+                fwd_same ? "same bits" : "DIFFER", bwd_same ? "same bits" : "DIFFER");
+    failed += (fwd_same && bwd_same) ? 0 : 1;
+  }
+  std::printf("%s: %d cases differ\n", failed ? "FAIL" : "PASS", failed);
+  return failed ? 1 : 0;
 }
 
 // One more backward with the per-role wait trace on: where each role of the warp-specialized kernel
@@ -441,9 +499,12 @@ int bench(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench(argc, argv);
-  if (argc > 1) {
+  const bool compare_variants = argc == 2 && std::strcmp(argv[1], "variants") == 0;
+  if (argc > 1 && !compare_variants) {
     std::fprintf(stderr, "usage: %s            (small checks)\n"
-                         "       %s bench B S H Hkv D causal schedule iters\n", argv[0], argv[0]);
+                         "       %s variants   (kernel variants' bits)\n"
+                         "       %s bench B S H Hkv D causal schedule iters\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   int major = 0, minor = 0;
@@ -464,7 +525,11 @@ int main(int argc, char** argv) {
       {1, 300, 300, 2, 2, 64, false, Schedule::kShift, bf16},
       {2, 100, 260, 4, 2, 64, false, Schedule::kAtomic, fp16},
       {1, 1, 1, 1, 1, 128, true, Schedule::kDescending, bf16},
+      // Enough KV tiles (and, backward, Q tiles) that every 2-stage ring wraps several times.
+      {1, 800, 800, 2, 1, 128, true, Schedule::kDescending, bf16},
+      {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
   };
+  if (compare_variants) return variants(cases, sizeof(cases) / sizeof(cases[0]));
   const char* fwd_variant = std::getenv("JAX_DASH_SM90_FWD");
   std::printf("backward main kernel: %s; forward: %s\n",
               jax_dash::sm90::bwd_uses_warp_specialized() ? "warp-specialized (bwd_main_ws.cuh)"

@@ -203,8 +203,9 @@ def test_batch_invariance_across_waves(schedule, is_causal):
     batch, seq, heads, head_dim = 8, 1200, 4, 32
     ran = schedule
     if schedule == "auto":
-        ran = importlib.import_module("jax_dash.attention")._auto_schedule(
-            (batch, seq, heads, head_dim), (batch, seq, heads, head_dim), is_causal)
+        shape = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), jnp.float32)
+        ran = importlib.import_module("jax_dash.attention")._auto_schedule(shape, shape,
+                                                                           is_causal)
     p = schedules.make_problem(batch=batch, num_heads=heads, seq_q=seq, seq_kv=seq,
                                head_dim=head_dim, is_causal=is_causal, wave=_ffi.CPU_WAVE)
     effective = schedules.effective_schedule(ran, p)

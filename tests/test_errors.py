@@ -2,6 +2,7 @@
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -46,10 +47,13 @@ def test_bad_arrays(kwargs, error, pattern):
     (dict(schedule=None), ValueError, r"schedule=None"),
     (dict(is_causal="yes"), TypeError, r"is_causal must be a Python bool, got 'yes'"),
     (dict(is_causal=jnp.array(True)), TypeError, r"is_causal must be a Python bool"),
-    (dict(scale="0.5"), TypeError, r"scale must be a Python number .* got '0.5'"),
-    (dict(scale=jnp.float32(0.5) * jnp.ones(())), TypeError, r"scale must be a Python number"),
+    (dict(scale="0.5"), TypeError, r"scale must be a real number or a 0-d array .* got '0.5'"),
+    (dict(scale=jnp.ones((2,))), ValueError, r"scale must be 0-d .* shape \(2,\)"),
+    (dict(scale=jnp.array(True)), TypeError, r"scale must be .* dtype bool"),
+    (dict(scale=jnp.array(1 + 2j)), TypeError, r"scale must be .* dtype complex64"),
     (dict(scale=float("nan")), ValueError, r"scale must be finite, got nan"),
-    (dict(scale=True), TypeError, r"scale must be a Python number"),
+    (dict(scale=np.array(np.inf)), ValueError, r"scale must be finite, got inf"),
+    (dict(scale=True), TypeError, r"scale must be a real number"),
 ])
 def test_bad_options(kwargs, error, pattern):
     with pytest.raises(error, match=pattern):
@@ -81,3 +85,45 @@ def test_numpy_and_python_scalars_are_accepted():
 def test_not_an_array():
     with pytest.raises(TypeError, match=re.escape("query must be an array, got object")):
         jax_dash.attention(object(), *arrays()[1:])
+
+
+@pytest.mark.parametrize("name", ["query", "key", "value"])
+@pytest.mark.parametrize("bad, pattern", [
+    (None, r"{name} must be an array, got None"),
+    ([[1.0, 2.0], [3.0]], r"{name} must be an array, got list that jnp.asarray cannot convert"),
+    (jax.ShapeDtypeStruct((2, 16, 4, 32), jnp.float32),
+     r"{name} is a jax.ShapeDtypeStruct \(2, 16, 4, 32\) float32, which describes an array but "
+     r"holds no values"),
+], ids=["None", "ragged", "ShapeDtypeStruct"])
+def test_non_arrays_are_named(name, bad, pattern):
+    args = dict(zip(("query", "key", "value"), arrays()))
+    args[name] = bad
+    with pytest.raises(TypeError, match=pattern.format(name=name)):
+        jax_dash.attention(args["query"], args["key"], args["value"])
+
+
+def test_eval_shape_works_as_the_shape_dtype_struct_message_says():
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in arrays()]
+    out = jax.eval_shape(jax_dash.attention, *shapes)
+    assert (out.shape, out.dtype) == ((2, 16, 4, 32), jnp.float32)
+
+
+def test_numpy_float64_is_converted_as_jax_nn_does_with_or_without_jit():
+    """x64 off: jax.nn converts NumPy float64 to float32 (jnp.asarray); so does the op, in a plain
+    call as under jit (where jit's argument conversion did it already)."""
+    q, k, v = (np.asarray(x, np.float64) + 0.1 * i
+               for i, x in enumerate(arrays(kv_shape=(2, 16, 4, 32))))
+    plain = jax_dash.attention(q, k, v)
+    jitted = jax.jit(jax_dash.attention)(q, k, v)
+    as_f32 = jax_dash.attention(*(jnp.asarray(x, jnp.float32) for x in (q, k, v)))
+    reference = jax.nn.dot_product_attention(q, k, v)
+    assert plain.dtype == jitted.dtype == reference.dtype == jnp.float32
+    np.testing.assert_array_equal(plain, jitted)
+    np.testing.assert_array_equal(plain, as_f32)
+    np.testing.assert_allclose(plain, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_python_lists_are_converted():
+    q, k, v = arrays()
+    out = jax_dash.attention(np.asarray(q).tolist(), np.asarray(k).tolist(), v)
+    np.testing.assert_array_equal(out, jax_dash.attention(q, k, v))

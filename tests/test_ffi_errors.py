@@ -33,19 +33,20 @@ def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, 
                     jax.ShapeDtypeStruct((f32_size,), jnp.float32),
                     jax.ShapeDtypeStruct((i32_size,), jnp.int32))
     results = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
-        q, k, v, out_, lse_, dout_, scale=np.float32(0.5), is_causal=True,
+        q, k, v, out_, lse_, dout_, jnp.asarray(0.5, jnp.float32), is_causal=True,
         schedule=np.int32(schedule))
     return jax.block_until_ready(results)
 
 
-def _fwd(dtype=jnp.bfloat16, *, out=None, lse=LSE_SHAPE, query_dtype=None):
-    q = jnp.ones(Q_SHAPE, query_dtype or dtype)
-    k = jnp.ones(KV_SHAPE, dtype)
-    v = jnp.ones(KV_SHAPE, dtype)
-    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, out or dtype),
+def _fwd(dtype=jnp.bfloat16, *, out=None, lse=LSE_SHAPE, query_dtype=None,
+         scale=jnp.asarray(0.5, jnp.float32), q_shape=Q_SHAPE, kv_shape=KV_SHAPE):
+    q = jnp.ones(q_shape, query_dtype or dtype)
+    k = jnp.ones(kv_shape, dtype)
+    v = jnp.ones(kv_shape, dtype)
+    result_types = (jax.ShapeDtypeStruct(q_shape, out or dtype),
                     jax.ShapeDtypeStruct(lse, jnp.float32))
     results = jax.ffi.ffi_call("jax_dash_fwd", result_types)(
-        q, k, v, scale=np.float32(0.5), is_causal=False)
+        q, k, v, scale, is_causal=False)
     return jax.block_until_ready(results)
 
 
@@ -85,7 +86,16 @@ def test_forward_out_with_wrong_dtype():
      "query has dtype int32; allowed: float32, float16, bfloat16"),
     (lambda: _bwd(jnp.float16, key_dtype=jnp.bfloat16),
      "query, key and value must have the same dtype, got float16, bfloat16, bfloat16"),
-], ids=["bwd_lse_shape", "fwd_lse_shape", "schedule_id", "query_dtype", "key_dtype"])
+    (lambda: _fwd(scale=jnp.ones((1,), jnp.float32)),
+     "scale must be a 0-d float32 array, got shape (1)"),
+], ids=["bwd_lse_shape", "fwd_lse_shape", "schedule_id", "query_dtype", "key_dtype",
+        "scale_shape"])
 def test_other_buffers_and_attributes(call, message):
     with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(message)):
         call()
+
+
+def test_scale_operand_of_another_dtype_is_refused():
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+        _fwd(scale=jnp.asarray(0.5, jnp.bfloat16))
+

@@ -282,7 +282,8 @@ def test_factory_arguments_are_validated():
         jdf.make_attention_fn(schedule="fast")
     with pytest.raises(ValueError, match="scale must be finite, got 1e"):
         jdf.make_attention_fn(scale=1e39)
-    with pytest.raises(TypeError, match="scale must be a Python number"):
+    with pytest.raises(TypeError, match="scale must be a real number or a 0-d array of a real "
+                                        "dtype, got '0.5'"):
         jdf.make_attention_fn(scale="0.5")
 
 

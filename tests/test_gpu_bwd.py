@@ -213,3 +213,20 @@ def test_small_case_for_sanitizer():
         grads = _bwd_fn(scale, is_causal, schedule)(q, k, v, out.astype(dtype), lse, dout)
         _check_against_reference(q, k, v, dout, out, lse, scale, is_causal, grads,
                                  tag=f"sanitizer {shape}")
+
+
+def test_backward_too_long_for_shared_memory_is_refused_before_launch():
+    """The main kernel's per-Q-tile tables live in shared memory, so at head_dim 128 a query of
+    1M tokens cannot fit: the handler says so (InvalidArgument naming seq_q and the limit) before
+    it enqueues anything, and the next backward on the stream runs normally."""
+    gpu = jax.devices("gpu")[0]
+    seq, head_dim = 1 << 20, 128
+    q = jax.device_put(jnp.zeros((1, seq, 1, head_dim), jnp.bfloat16), gpu)
+    lse = jax.device_put(jnp.zeros((1, 1, seq), jnp.float32), gpu)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=(
+            r"INVALID_ARGUMENT: jax_dash: the GPU backward supports seq_q up to \d+ at "
+            rf"head_dim={head_dim} on this GPU .* got seq_q={seq}")):
+        jax.block_until_ready(_bwd_fn(0.1, False, "descending")(q, q, q, q, lse, q))
+    q, k, v, dout, out, lse, scale = _gpu_inputs(0, 1, 256, 256, 2, 2, 64, jnp.bfloat16, True)
+    dq, dk, dv = _bwd_fn(scale, True, "descending")(q, k, v, out, lse, dout)
+    assert all(bool(jnp.all(jnp.isfinite(g.astype(jnp.float32)))) for g in (dq, dk, dv))

@@ -134,3 +134,22 @@ def test_every_schedule_is_repeatable_through_the_public_op(inputs, schedule):
     first = fn(q, k, v, dout)
     for _ in range(5):
         _assert_bitwise(fn(q, k, v, dout), first, schedule)
+
+
+def test_traced_scale_gives_the_bits_of_a_python_scale(inputs):
+    """The kernels read the scale from device memory: a traced scale (one executable for every
+    value) gives the bits of the same Python number, and each value its own result."""
+    q, k, v, dout = inputs
+
+    def fwd_bwd(scale):
+        return attention_and_grads(
+            lambda q, k, v: jax_dash.attention(q, k, v, scale=scale, is_causal=True),
+            q, k, v, dout)
+
+    traced = jax.jit(fwd_bwd)
+    for value in (0.07, -0.3):
+        for a, b in zip(traced(jnp.float32(value)), fwd_bwd(value)):
+            np.testing.assert_array_equal(_bits(a), _bits(b))
+    assert traced._cache_size() == 1
+    assert not np.array_equal(_bits(traced(jnp.float32(0.07))[0]),
+                              _bits(traced(jnp.float32(-0.3))[0]))

@@ -1,8 +1,14 @@
 """cuda/schedule.h through the extension, and the DAG simulator of jax_dash/schedules.py."""
 
+import json
 import math
+import pathlib
+import subprocess
+import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -417,10 +423,11 @@ def test_auto_choice_does_not_depend_on_batch_or_heads(seq, head_dim, is_causal)
     picks = set()
     for batch in (1, 8):
         for heads in (1, 16):
-            q_shape = (batch, seq, heads, head_dim)
-            k_shape = (batch, seq, max(heads // 4, 1), head_dim)
-            picks.add(attention_module._auto_schedule(q_shape, k_shape, is_causal))
-    picks.add(attention_module._auto_schedule((seq, 4, head_dim), (seq, 4, head_dim), is_causal))
+            q = jax.ShapeDtypeStruct((batch, seq, heads, head_dim), jnp.bfloat16)
+            k = jax.ShapeDtypeStruct((batch, seq, max(heads // 4, 1), head_dim), jnp.bfloat16)
+            picks.add(attention_module._auto_schedule(q, k, is_causal))
+    unbatched = jax.ShapeDtypeStruct((seq, 4, head_dim), jnp.bfloat16)
+    picks.add(attention_module._auto_schedule(unbatched, unbatched, is_causal))
     assert len(picks) == 1, picks
 
 
@@ -451,6 +458,60 @@ def test_choose_schedule_is_fast_at_16k():
     elapsed = time.perf_counter() - begin
     # The goal is < 50 ms; this shared 2-core CI machine gets headroom.
     assert elapsed < 0.25, f"choose_schedule took {elapsed * 1e3:.0f} ms"
+
+
+def _table_rule(*, seq_q, seq_kv, head_dim, is_causal, wave):
+    """choose_schedule as it was before the closed form: read from the head's full tables."""
+    p = schedules.make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv,
+                               head_dim=head_dim, is_causal=is_causal, wave=wave)
+    if p.is_causal:
+        tables = schedules.head_tables("symmetric_shift", p, 0)
+        if (tables["effective_schedule"] == "symmetric_shift"
+                and tables["items_per_head"] <= p.wave):
+            return "symmetric_shift"
+    return "descending"
+
+
+def test_choose_schedule_closed_form_matches_the_table_rule():
+    """The O(1) choice equals the table-based rule it replaced on every shape of a grid that
+    crosses the tile edges (both tile sizes of each head_dim), odd and even Nkv, square and not,
+    and waves below, at and above Nkv / 2."""
+    seqs = (1, 63, 64, 65, 128, 129, 256, 300, 640, 1024, 1100)
+    checked = 0
+    for head_dim in (32, 64, 128, 136, 256):
+        for seq_q in seqs:
+            for seq_kv in seqs:
+                for is_causal in (False, True):
+                    for wave in (1, 2, 4, 5, 8, 132):
+                        kwargs = dict(seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
+                                      is_causal=is_causal, wave=wave)
+                        assert schedules.choose_schedule(**kwargs) == _table_rule(**kwargs), kwargs
+                        checked += 1
+    assert checked == 5 * len(seqs) ** 2 * 2 * 6
+
+
+def test_choose_schedule_at_a_million_tokens_is_fast_and_small():
+    """The old rule built [Nq, Nkv] tables (+0.5 GB at 1M tokens, +2 GB at 2M); the closed form
+    needs neither time nor memory. Measured in a fresh process (peak RSS is per process)."""
+    code = (
+        "import json, resource, time\n"
+        "from jax_dash import schedules\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "begin = time.perf_counter()\n"
+        "picks = [schedules.choose_schedule(seq_q=s, seq_kv=s, head_dim=128, is_causal=True,\n"
+        "                                   wave=w)\n"
+        "         for s in (1 << 20, 1 << 21) for w in (132, 8192)]\n"
+        "elapsed = time.perf_counter() - begin\n"
+        "grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print(json.dumps([picks, elapsed, grown_kb]))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    picks, elapsed, grown_kb = json.loads(result.stdout.strip().splitlines()[-1])
+    # 1M tokens: Nkv / 2 = 4096 items per head; 2M: 8192. One slice only where wave >= that.
+    assert picks == ["descending", "symmetric_shift", "descending", "symmetric_shift"]
+    assert elapsed < 0.5, f"{elapsed * 1e3:.0f} ms"
+    assert grown_kb < 20_000, f"peak RSS grew by {grown_kb} kB"
 
 
 def test_bad_arguments_are_named():

@@ -216,3 +216,35 @@ def test_mqa_heads_cannot_split_and_are_gathered():
                                 else jax.device_put(x, NamedSharding(_mesh(), P("data")))
                                 for x in (q, k, v)])
     assert_all_equal(grads, expected)
+
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_shard_map_tensor_parallel_mqa_with_replicated_key_value(is_causal):
+    """Tensor-parallel MQA: the query's heads are split over 'tp', K/V (one kv head) and the
+    scale are not (``in_specs=(P(None, None, 'tp'), P(), P(), P())``). Gradients trace, and
+    dK/dV/dscale come back replicated like K/V/scale: summed over 'tp', as jax.nn's are."""
+    q, k, v, _ = random_inputs(8, 2, 32, 24, 8, 1, 16, jnp.float32)
+    scale = jnp.float32(0.4)
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("tp",))
+
+    def ours(q, k, v, s):
+        return jax_dash.attention(q, k, v, scale=s, is_causal=is_causal)
+
+    def theirs(q, k, v, s):
+        return jax.nn.dot_product_attention(q, k, v, scale=s, is_causal=is_causal)
+
+    def loss(fn, q, k, v, s):
+        sharded = shard_map(fn, mesh, (P(None, None, "tp"), P(), P(), P()), P(None, None, "tp"))
+        return jnp.sum(jnp.sin(sharded(q, k, v, s)))
+
+    grads = jax.jit(jax.grad(loss, argnums=(1, 2, 3, 4)), static_argnums=0)
+    ours_g, ref_g = grads(ours, q, k, v, scale), grads(theirs, q, k, v, scale)
+    plain = jax.grad(lambda q, k, v, s: jnp.sum(jnp.sin(ours(q, k, v, s))),
+                     argnums=(0, 1, 2, 3))(q, k, v, scale)
+    for name, a, ref, unsharded, x in zip(("dq", "dk", "dv", "dscale"), ours_g, ref_g, plain,
+                                          (q, k, v, scale)):
+        assert a.shape == x.shape, name
+        np.testing.assert_allclose(a, ref, rtol=2e-5, atol=2e-5, err_msg=name)
+        # The sum over 'tp' is the sum over the query heads of the kv head: the unsharded op's.
+        np.testing.assert_allclose(a, unsharded, rtol=2e-5, atol=2e-5, err_msg=name)

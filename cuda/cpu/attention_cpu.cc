@@ -132,6 +132,7 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
   const int64_t kvh = h / L.group_size();
   const int64_t row_stride_q = p.num_heads * D;
   const int64_t row_stride_kv = p.num_kv_heads * D;
+  const float scale = *p.scale_ptr;
 
   std::vector<float> q(rows * D), k(block_n * D), kt(D * block_n), v(block_n * D);
   std::vector<float> s(rows * block_n), acc(rows * D, 0.0f);
@@ -155,7 +156,7 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
       float tile_max = kNegInf;
       bool has_nan = std::isnan(row_max[r]);
       for (int64_t c = 0; c < cols; ++c) {
-        s_row[c] = c < row_cols[r] ? s_row[c] * p.scale : kNegInf;
+        s_row[c] = c < row_cols[r] ? s_row[c] * scale : kNegInf;
         if (std::isnan(s_row[c])) has_nan = true;
         if (s_row[c] > tile_max) tile_max = s_row[c];
       }
@@ -241,6 +242,7 @@ void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, Backward
   const int64_t D = p.head_dim;
   const int64_t block_m = p.tiles.bwd_block_m;
   const int64_t block_n = p.tiles.bwd_block_n;
+  const float scale = *p.scale_ptr;
   matmul_abt(t.q.data(), t.kt.data(), block_m, block_n, D, t.s.data());
   matmul_abt(t.dout.data(), t.vt.data(), block_m, block_n, D, t.dp.data());
   for (int64_t r = 0; r < block_m; ++r) {
@@ -250,7 +252,7 @@ void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, Backward
     for (int64_t c = 0; c < block_n; ++c) {
       const int64_t idx = r * block_n + c;
       const bool live = c < t.row_cols[r];
-      const float prob = live ? std::exp(t.s[idx] * p.scale - t.lse[r]) : 0.0f;
+      const float prob = live ? std::exp(t.s[idx] * scale - t.lse[r]) : 0.0f;
       t.s[idx] = prob;
       t.dp[idx] = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
     }
@@ -328,10 +330,11 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
 
   const int64_t col0 = n * block_n;
   const int64_t cols = std::min(block_n, p.seq_kv - col0);
+  const float scale = *p.scale_ptr;
   for (int64_t c = 0; c < cols; ++c) {
     const int64_t start = L.kv_index(b, col0 + c, kvh);
     for (int64_t d = 0; d < D; ++d) {
-      store_element(p.dk, start + d, p.dtype, dk[c * D + d] * p.scale);
+      store_element(p.dk, start + d, p.dtype, dk[c * D + d] * scale);
       store_element(p.dv, start + d, p.dtype, dv[c * D + d]);
     }
   }
@@ -382,10 +385,11 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   }
 
   const int64_t rows = std::min(block_m, p.seq_q - m * block_m);
+  const float scale = *p.scale_ptr;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t start = L.q_index(b, m * block_m + r, h);
     for (int64_t d = 0; d < D; ++d)
-      store_element(p.dq, start + d, p.dtype, dq_accum[r * D + d] * p.scale);
+      store_element(p.dq, start + d, p.dtype, dq_accum[r * D + d] * scale);
   }
 }
 

@@ -101,9 +101,9 @@ auto main_kernel() {
 }
 
 // Resident CTAs of the main kernel for this problem (its smem grows with Nq); 0 if one CTA does not
-// fit (seq_q beyond about 450k tokens at head_dim 128).
+// fit (seq_q beyond about 450k tokens at head_dim 128). *max_seq_q: the longest seq_q that fits.
 template <class Traits>
-cudaError_t resident_ctas(const AttentionParams& p, int* out) {
+cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q = nullptr) {
   *out = 0;
   auto kernel = main_kernel<Traits>();
   int device = 0;
@@ -123,6 +123,12 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out) {
   if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess)
     return err;
+  if (max_seq_q != nullptr) {
+    // smem_bytes is affine in Nq: the fixed part plus a per-Q-tile part.
+    const int64_t per_tile = Traits::smem_bytes(1) - Traits::smem_bytes(0);
+    *max_seq_q = std::max<int64_t>(0, (max_smem - Traits::smem_bytes(0)) / per_tile) *
+                 Traits::kBlockM;
+  }
   const int64_t smem = Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM));
   if (smem > max_smem) return cudaSuccess;
   if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -223,7 +229,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
       bwd::bwd_postprocess_dq_fragment_kernel<Traits>
           <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
                                                         static_cast<Element*>(p.dq), p.seq_q,
-                                                        p.num_heads, rows_q, p.scale);
+                                                        p.num_heads, rows_q, p.scale_ptr);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -234,7 +240,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     bwd::bwd_postprocess_dq_kernel<Element, kHeadDim>
         <<<static_cast<unsigned>(blocks), bwd::kPostprocessThreads, 0, stream>>>(
             p.workspace_f32 + ws.dq_accum, static_cast<Element*>(p.dq), p.batch, p.seq_q,
-            p.num_heads, rows_q, p.scale);
+            p.num_heads, rows_q, p.scale_ptr);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
@@ -242,15 +248,19 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
 
 }  // namespace
 
-int bwd_wave(const AttentionParams& p) {
+cudaError_t bwd_occupancy(const AttentionParams& p, BwdOccupancy* out) {
+  *out = BwdOccupancy{};
   int resident = 0;
-  cudaError_t err = cudaSuccess;
-  const bool ok = dispatch(p, [&](auto traits) {
-    err = resident_ctas<decltype(traits)>(p, &resident);
+  cudaError_t err = cudaErrorInvalidValue;  // unsupported dtype / head_dim
+  dispatch(p, [&](auto traits) {
+    err = resident_ctas<decltype(traits)>(p, &resident, &out->max_seq_q);
   });
-  if (!ok || err != cudaSuccess || resident < 1) return 1;
+  if (err != cudaSuccess) return err;
+  out->resident_ctas = resident;
+  if (resident < 1) return cudaSuccess;
   const int64_t items = total_items(make_schedule_problem(p, resident));
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, items)));
+  out->wave = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(resident, items)));
+  return cudaSuccess;
 }
 
 cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream, unsigned long long* trace) {

@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const int tid = threadIdx.x;
   const bool deterministic = sp.schedule != Schedule::kAtomic;
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
+  const float scale_log2 = scale * kLog2e;
   const int group = p.num_heads / p.num_kv_heads;
   const bool gqa = group > 1;
   const int64_t rows_q = static_cast<int64_t>(sp.num_q_tiles) * kBlockM;
@@ -500,7 +501,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int c = get<1>(tdKVc(i));
           if (kv0 + r < p.seq_kv) {
             const int64_t o = (kv0 + r) * kv_row_stride + c;
-            dk_out[o] = static_cast<Element>(tdKrdK(i) * p.scale);
+            dk_out[o] = static_cast<Element>(tdKrdK(i) * scale);
             dv_out[o] = static_cast<Element>(tdVrdV(i));
           }
         }
@@ -525,7 +526,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           if (last) {
             if (kv0 + r < p.seq_kv) {
               const int64_t o = (kv0 + r) * kv_row_stride + c;
-              dk_out[o] = static_cast<Element>(dk_sum * p.scale);
+              dk_out[o] = static_cast<Element>(dk_sum * scale);
               dv_out[o] = static_cast<Element>(dv_sum);
             }
           } else {

@@ -401,7 +401,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const ScheduleProblem& sp = P.sp;
   const int tid = threadIdx.x - 128;  // 0..255 within the math warpgroups
   const bool deterministic = sp.schedule != Schedule::kAtomic;
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
+  const float scale_log2 = scale * kLog2e;
   const int group = p.num_heads / p.num_kv_heads;
   const bool gqa = group > 1;
   const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * kBlockN;
@@ -631,7 +632,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         const int c = get<1>(tdKVc(i));
         if (kv0 + r < p.seq_kv) {
           const int64_t o = (kv0 + r) * kv_row_stride + c;
-          dk_out[o] = static_cast<Element>(tdKrdK(i) * p.scale);
+          dk_out[o] = static_cast<Element>(tdKrdK(i) * scale);
           dv_out[o] = static_cast<Element>(tdVrdV(i));
         }
       }
@@ -656,7 +657,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         if (last) {
           if (kv0 + r < p.seq_kv) {
             const int64_t o = (kv0 + r) * kv_row_stride + c;
-            dk_out[o] = static_cast<Element>(dk_sum * p.scale);
+            dk_out[o] = static_cast<Element>(dk_sum * scale);
             dv_out[o] = static_cast<Element>(dv_sum);
           }
         } else {

@@ -1,4 +1,5 @@
-// Backward postprocess: dq = dq_accum * scale in the output dtype (the main kernel sums unscaled
+// Backward postprocess: dq = dq_accum * scale in the output dtype, the scale read from device
+// memory (*scale_ptr) so that a traced scale needs no host copy (the main kernel sums unscaled
 // partial dQ tiles in fp32; rows past seq_q are padding and never written).
 #pragma once
 
@@ -17,7 +18,7 @@ template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPostprocessThreads)
     bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, Element* __restrict__ dq,
                               int64_t batch, int64_t seq_q, int num_heads, int64_t rows_q,
-                              float scale) {
+                              const float* __restrict__ scale_ptr) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kPostprocessThreads + threadIdx.x;
   const int64_t total = batch * seq_q * num_heads * kHeadDim;
   if (i >= total) return;
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   const int64_t s = (rest / num_heads) % seq_q;
   const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
   const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
-  dq[i] = static_cast<Element>(v * scale);
+  dq[i] = static_cast<Element>(v * *scale_ptr);
 }
 
 // The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
@@ -38,7 +39,8 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kMathThreads)
     bwd_postprocess_dq_fragment_kernel(const float* __restrict__ dq_accum,
                                        typename Traits::Element* __restrict__ dq, int64_t seq_q,
-                                       int num_heads, int64_t rows_q, float scale) {
+                                       int num_heads, int64_t rows_q,
+                                       const float* __restrict__ scale_ptr) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -57,6 +59,7 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
   const float4* tile = reinterpret_cast<const float4*>(
       dq_accum + (head_linear * rows_q + static_cast<int64_t>(m) * kBlockM) * kHeadDim);
   const int64_t row_stride = static_cast<int64_t>(num_heads) * kHeadDim;
+  const float scale = *scale_ptr;
   Element* dq_head = dq + b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
   CUTE_UNROLL
   for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {

@@ -89,7 +89,7 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
 }
 
 ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   float scale, bool is_causal, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
@@ -119,7 +119,8 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   float scale, bool is_causal, int32_t schedule, ffi::Result<ffi::AnyBuffer> dq,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule,
+                   ffi::Result<ffi::AnyBuffer> dq,
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
@@ -134,16 +135,28 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
     return e;
   }
 #if JAX_DASH_HAVE_SM90_BWD
-  p.wave = bwd_wave(p);
-  if (p.wave < 1) {
+  // Checked before anything is enqueued: a launch that cannot fit would fail only after the
+  // workspace zeroing and the preprocess were already on the stream.
+  BwdOccupancy occupancy;
+  if (cudaError_t err = bwd_occupancy(p, &occupancy); err != cudaSuccess) {
+    return cuda_error("backward occupancy query failed", err);
+  }
+  if (p.seq_q > occupancy.max_seq_q) {
     // The main kernel keeps each KV tile's visit order and tickets (one entry per Q tile) in
     // shared memory, so very long queries outgrow it (about 450k tokens at head_dim 128).
     return ffi::Error::InvalidArgument(
-        "jax_dash: the backward kernel does not fit on this GPU for seq_q=" +
-        std::to_string(p.seq_q) + " at head_dim=" + std::to_string(p.head_dim) +
-        ": its per-query-tile schedule tables exceed shared memory; use a shorter query sequence "
-        "(or split it) for now");
+        "jax_dash: the GPU backward supports seq_q up to " +
+        std::to_string(occupancy.max_seq_q) + " at head_dim=" + std::to_string(p.head_dim) +
+        " on this GPU (its per-query-tile schedule tables live in shared memory), got seq_q=" +
+        std::to_string(p.seq_q) + "; use a shorter query sequence (without a causal mask, "
+        "query chunks of at most that length over the same keys give the same gradients)");
   }
+  if (occupancy.wave < 1) {
+    return ffi::Error::Internal(
+        "jax_dash: the occupancy query found no backward CTA resident on this GPU for seq_q=" +
+        std::to_string(p.seq_q) + " at head_dim=" + std::to_string(p.head_dim));
+  }
+  p.wave = occupancy.wave;
   if (cudaError_t err = run_bwd(p, stream); err != cudaSuccess) {
     return cuda_error("backward kernel launch failed", err);
   }
@@ -168,7 +181,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, jax_dash::sm90::FwdImpl,
                                   .Arg<ffi::AnyBuffer>()                     // q
                                   .Arg<ffi::AnyBuffer>()                     // k
                                   .Arg<ffi::AnyBuffer>()                     // v
-                                  .Attr<float>("scale")                      // scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
                                   .Attr<bool>("is_causal")                   // is_causal
                                   .Ret<ffi::AnyBuffer>()                     // out
                                   .Ret<ffi::Buffer<ffi::F32>>()              // lse
@@ -183,7 +196,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Arg<ffi::AnyBuffer>()                     // out
                                   .Arg<ffi::Buffer<ffi::F32>>()              // lse
                                   .Arg<ffi::AnyBuffer>()                     // dout
-                                  .Attr<float>("scale")                      // scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
                                   .Attr<bool>("is_causal")                   // is_causal
                                   .Attr<int32_t>("schedule")                 // schedule
                                   .Ret<ffi::AnyBuffer>()                     // dq

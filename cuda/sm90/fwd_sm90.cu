@@ -135,7 +135,7 @@ struct FwdKernelParams {
   int32_t num_kv_heads;
   int32_t batch;
   int32_t num_m_blocks;
-  float scale_log2;  // scale * log2(e): the softmax runs on exp2
+  const float* scale;  // device pointer to the 0-d float32 softmax scale (AttentionParams)
   bool is_causal;
   void* out;
   float* lse;
@@ -339,11 +339,12 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     }
     warpgroup_commit_batch();
   };
+  const float scale_log2 = *p.scale * kLog2e;  // the softmax runs on exp2
   // Scale and mask S_j (already complete in registers), then the first half of the softmax.
   float correction[kRows];
   auto softmax_scores = [&](int j) {
     CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= p.scale_log2;
+    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
     const int64_t col_begin = int64_t(n_end - 1 - j) * kBlockN;
     if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
       mask.apply(scores, score_coords, row_begin, col_begin);
@@ -469,7 +470,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.num_kv_heads = ap.num_kv_heads;
   p.batch = batch;
   p.num_m_blocks = static_cast<int32_t>(ceil_div(ap.seq_q, Traits::kBlockM));
-  p.scale_log2 = ap.scale * kLog2e;
+  p.scale = ap.scale_ptr;
   p.is_causal = ap.is_causal;
   p.out = ap.out;
   p.lse = ap.lse;

@@ -24,8 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import os
-import shutil
+import glob
 import sys
 import time
 from importlib import resources
@@ -439,8 +438,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gpu_hardware_visible() -> bool:
-    """An NVIDIA driver is present (device nodes or nvidia-smi), whatever JAX can use."""
-    return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+    """An NVIDIA GPU's device node exists (Linux), whatever JAX can use."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def describe_device() -> str:

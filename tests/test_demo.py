@@ -203,6 +203,16 @@ def test_cpu_run_names_its_device_and_why_there_is_no_contrast():
     assert "cuDNN" in text and text.count("params sha256") == 2  # no cuDNN runs on a CPU
 
 
+def test_device_line_says_how_to_get_a_cuda_jax(monkeypatch):
+    if jax.default_backend() == "gpu":
+        pytest.skip("checks the CPU message")
+    monkeypatch.setattr(demo, "_gpu_hardware_visible", lambda: False)
+    assert "note" not in demo.describe_device()
+    monkeypatch.setattr(demo, "_gpu_hardware_visible", lambda: True)
+    line = demo.describe_device()
+    assert "runs on the CPU" in line and 'pip install "jax[cuda13]' in line
+
+
 def test_defaults_per_backend():
     cpu = demo.default_config("cpu")
     assert cpu.dtype == "float32"

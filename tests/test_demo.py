@@ -213,6 +213,17 @@ def test_device_line_says_how_to_get_a_cuda_jax(monkeypatch):
     assert "runs on the CPU" in line and 'pip install "jax[cuda13]' in line
 
 
+def test_missing_flax_is_a_one_line_error_naming_the_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optax", None)  # makes `import optax` raise ImportError
+    with pytest.raises(demo.DemoSetupError, match=r'pip install "\.\[demo\]"'):
+        demo.Trainer(demo.DemoConfig(**TINY), vocab_size=10)
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(TINY_ARGS, out=io.StringIO())
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs both" in err
+
+
 def test_defaults_per_backend():
     cpu = demo.default_config("cpu")
     assert cpu.dtype == "float32"

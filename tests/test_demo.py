@@ -224,6 +224,22 @@ def test_missing_flax_is_a_one_line_error_naming_the_install(monkeypatch, capsys
     assert err.count("\n") == 1 and "needs both" in err
 
 
+def test_gpu_flow_runs_the_contrast_after_jax_dash(monkeypatch):
+    """The GPU control flow, run on the CPU: a backend reported as "gpu", XLA as the contrast."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(demo, "CONTRAST_ATTENTION", "xla")
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--quiet"], out=out) == 0
+    text = out.getvalue()
+    first, contrast = text.split("\ncontrast: ")
+    assert "attention jax_dash" in first and "final parameters: IDENTICAL" in first
+    assert "implementation='xla'" in contrast and "attention xla" in contrast
+    assert text.count("params sha256") == 4 and "needs an NVIDIA GPU" not in text
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--quiet", "--no-contrast"], out=out) == 0
+    assert "contrast" not in out.getvalue() and out.getvalue().count("params sha256") == 2
+
+
 def test_defaults_per_backend():
     cpu = demo.default_config("cpu")
     assert cpu.dtype == "float32"

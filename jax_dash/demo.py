@@ -41,14 +41,14 @@ CONTRAST_ATTENTION = "cudnn"  # what a GPU run trains with after jax_dash, for c
 SCHEDULE_CHOICES = SCHEDULES  # jax_dash.attention's, "auto" first
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 
-# Optimizer constants: AdamW with global-norm clipping, the usual small-transformer recipe.
+# Optimizer constants (optax): AdamW with global-norm clipping, the usual small-transformer recipe.
 _LEARNING_RATE = 3e-3
 _ADAM_B1 = 0.9
 _ADAM_B2 = 0.99
 _ADAM_EPS = 1e-8
 _WEIGHT_DECAY = 0.01
 _CLIP_NORM = 1.0
-_WARMUP_STEPS = 10  # linear warm-up avoids the early loss spike of a cold Adam at this rate
+_WARMUP_STEPS = 10  # linear warm-up (then cosine decay to a tenth): no early spike of a cold Adam
 _INIT_STD = 0.02
 _LAYERNORM_EPS = 1e-5
 _MLP_RATIO = 4

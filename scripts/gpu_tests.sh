@@ -21,5 +21,5 @@ echo "gpu tests: tests/test_gpu*.py in $N xdist workers; log $OUT/gpu_tests.log"
 # xdist hands tests to whichever worker is free (--dist load): the files differ a lot in length.
 $PY -m pytest -q -p no:cacheprovider -n "$N" --dist load -rfEs --durations=10 "$@" \
   tests/test_gpu*.py 2>&1 | tee "$OUT/gpu_tests.log" \
-  | grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|error)|no tests ran"
+  | grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?)( |,|$)|no tests ran"
 exit "${PIPESTATUS[0]}"

@@ -224,6 +224,7 @@ def test_cli_smoke_on_cpu(tmp_path):
     assert xla["fwd"]["median_s"] > 0 and xla["fwd_bwd"]["median_s"] > 0
     # The backward is timed alone (a VJP of precomputed residuals), not as a difference.
     assert xla["bwd_s"] == xla["bwd"]["median_s"] > 0 and xla["bwd_method"] == _worker.BWD_METHOD
+    assert xla["bwd"]["input_sets"] == 2  # tiny residuals: both input sets rotate
     assert xla["repeat"]["repeatable"] is True
     assert records[f"time|cudnn|-|{point.key}"]["skipped"]
     assert records[f"time|cudnn_det|-|{point.key}"]["skipped"]

@@ -65,6 +65,25 @@ def jitted_pair(fn):
     return jax.jit(fn), jax.jit(fwd_bwd)
 
 
+def jitted_backward(fn):
+    """(residuals, backward), both jitted, to time the backward alone.
+
+    `residuals(q, k, v)` runs the forward and returns its VJP function: a pytree that holds what
+    the backward needs (for jax_dash q, k, v, out and the log-sum-exp; for XLA's attention the
+    S^2 probabilities), exactly what a training step keeps from its forward. `backward(vjp_fn,
+    dout)` runs the backward only and returns (dq, dk, dv).
+    """
+    import jax
+
+    def residuals(q, k, v):
+        return jax.vjp(fn, q, k, v)[1]
+
+    def backward(vjp_fn, dout):
+        return vjp_fn(dout)
+
+    return jax.jit(residuals), jax.jit(backward)
+
+
 def random_inputs(point, *, num_sets: int, dtype_name: str = "bfloat16", seed: int = 0):
     """`num_sets` independent (q, k, v, dout) tuples of standard normals (never zeros)."""
     import jax

@@ -6,7 +6,8 @@ import collections
 import re
 
 import _grid
-import bench_memory
+import _memory
+import _numerics
 
 DASH_HEADLINE = "jax_dash:auto"
 PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA"}
@@ -214,7 +215,7 @@ def memory_table(res: Results) -> list[str]:
                 asked = f", plans {r['temp_bytes'] / 1e9:.1f} GB temp" if r.get("temp_bytes") else ""
                 held = r.get("gpu_memory_used_before_mib") or 0
                 suspect = (f" (SUSPECT: other processes held {held / 1024:.1f} GiB at start)"
-                           if held > bench_memory.OTHERS_MEMORY_WARN_MIB else "")
+                           if held > _memory.OTHERS_MEMORY_WARN_MIB else "")
                 cells.append(f"OOM{asked}{suspect}")
             else:
                 cells.append(f"{r['peak_bytes'] / 1e9:.2f}")
@@ -237,7 +238,7 @@ def _memory_problem_points(res):
 
 
 def numerics_table(res: Results) -> list[str]:
-    from bench_numerics import TENSORS
+    TENSORS = _numerics.TENSORS
     rows = []
     for p in sorted(res.numerics, key=point_order):
         for impl, per_tensor in res.numerics[p]["impls"].items():
@@ -306,6 +307,20 @@ def _fwd_ratio(res, p):
     return theirs["fwd"]["median_s"] / mine["fwd"]["median_s"] if mine and theirs else None
 
 
+def _backward_method(res) -> str:
+    """How this file's backward times were taken: older runs subtracted the forward."""
+    methods = {result.get("bwd_method") for result in res.timing.values()}
+    if methods == {None} or not methods:
+        return ("**Backward time = time(jit(forward + VJP)) - time(jit(forward))**, the same "
+                "definition for every implementation.")
+    text = ("**Backward time = time of a jitted VJP applied to residuals precomputed by a jitted "
+            "forward** (the backward alone, as in a training step), the same for every "
+            "implementation.")
+    if None in methods:
+        text += " Records from older runs in this file subtracted the forward instead."
+    return text
+
+
 def render_markdown(data: dict) -> str:
     res = Results(data)
     env = res.env
@@ -326,8 +341,7 @@ def render_markdown(data: dict) -> str:
     lines += ["", "Method: bf16, tensors [batch, seq, heads, head_dim], self-attention. FLOPs: forward "
               "4·B·H·S²·D (half for causal), backward 2.5x forward. Each time is the median over "
               "samples of back-to-back calls (>= 2 ms per sample) after warm-up, rotating between 2 "
-              "random-normal input sets. **Backward time = time(jit(forward + VJP)) - "
-              "time(jit(forward))**, the same definition for every implementation. `cuDNN` is "
+              "random-normal input sets. " + _backward_method(res) + " `cuDNN` is "
               "`jax.nn.dot_product_attention(implementation='cudnn')`, `cuDNN det` the same in a "
               "process with `XLA_FLAGS=--xla_gpu_deterministic_ops=true`, `XLA` is "
               "`implementation='xla'`; `dash <schedule>` is jax_dash's backward schedule. Ratios are "
@@ -450,7 +464,7 @@ def _plot_memory(plt, res, out_dir):
 
 
 def _plot_numerics(plt, res, out_dir):
-    from bench_numerics import ROUNDING_FLOOR, TENSORS
+    ROUNDING_FLOOR, TENSORS = _numerics.ROUNDING_FLOOR, _numerics.TENSORS
     panels = sorted({(p.head_dim, p.mask) for p in res.numerics},
                     key=lambda x: (x[0], _grid.MASKS.index(x[1])))
     fig, axes = plt.subplots(len(panels), len(TENSORS), figsize=(4 * len(TENSORS), 3 * len(panels)),

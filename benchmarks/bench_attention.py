@@ -23,12 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# Imports run one way: bench_attention (the CLI) -> _report, _worker -> _memory, _numerics ->
+# _grid, _peers, _timing. bench_memory.py and bench_numerics.py are entry points over this file.
 import _grid  # noqa: E402
+import _memory  # noqa: E402
+import _numerics  # noqa: E402
 import _peers  # noqa: E402
 import _report  # noqa: E402
 import _worker  # noqa: E402
-import bench_memory  # noqa: E402
-import bench_numerics  # noqa: E402
 
 SCRIPT = str(Path(__file__).resolve())
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -60,13 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seqs {QUICK_SEQS}, schedules {QUICK_SCHEDULES}, {QUICK_ITERS} iters")
     p.add_argument("--skip-timing", action="store_true", help="only --memory / --numerics")
     p.add_argument("--memory", action="store_true", help="peak memory of fwd+bwd vs seq")
-    p.add_argument("--memory-seqs", default=",".join(map(str, bench_memory.MEMORY_SEQS)))
-    p.add_argument("--memory-head-dim", type=int, default=bench_memory.MEMORY_HEAD_DIM)
-    p.add_argument("--memory-heads", type=int, default=bench_memory.MEMORY_HEADS)
-    p.add_argument("--memory-mask", default=bench_memory.MEMORY_MASK, choices=_grid.MASKS)
+    p.add_argument("--memory-seqs", default=",".join(map(str, _memory.MEMORY_SEQS)))
+    p.add_argument("--memory-head-dim", type=int, default=_memory.MEMORY_HEAD_DIM)
+    p.add_argument("--memory-heads", type=int, default=_memory.MEMORY_HEADS)
+    p.add_argument("--memory-mask", default=_memory.MEMORY_MASK, choices=_grid.MASKS)
     p.add_argument("--numerics", action="store_true", help="deviation from an fp64 reference")
-    p.add_argument("--numerics-seqs", default=",".join(map(str, bench_numerics.NUMERICS_SEQS)))
-    p.add_argument("--numerics-heads", type=int, default=bench_numerics.NUMERICS_HEADS)
+    p.add_argument("--numerics-seqs", default=",".join(map(str, _numerics.NUMERICS_SEQS)))
+    p.add_argument("--numerics-heads", type=int, default=_numerics.NUMERICS_HEADS)
     p.add_argument("--peak-size", type=int, default=8192, help="matmul size for the peak (default 8192)")
     p.add_argument("--item-timeout", type=float, default=90.0,
                    help="seconds one measurement may take before its worker is killed")
@@ -102,11 +104,11 @@ class Options:
         self.timing = not args.skip_timing
         self.points = _grid.make_grid(self.head_dims, self.seqs, self.masks,
                                       tokens=args.tokens, hidden=args.hidden) if self.timing else []
-        self.memory_points = bench_memory.memory_points(
+        self.memory_points = _memory.memory_points(
             _grid.parse_int_list(args.memory_seqs, name="--memory-seqs"),
             head_dim=args.memory_head_dim, heads=args.memory_heads,
             mask=args.memory_mask) if args.memory else []
-        self.numerics_points = bench_numerics.numerics_points(
+        self.numerics_points = _numerics.numerics_points(
             _grid.parse_int_list(args.numerics_seqs, name="--numerics-seqs"), self.head_dims,
             self.masks, heads=args.numerics_heads) if args.numerics else []
         if not (self.points or self.memory_points or self.numerics_points):
@@ -247,7 +249,7 @@ def run(opts: Options, command: str) -> Path:
             too_long = item["impl"] == "xla" and item["point"]["seq"] > opts.xla_max_seq
             (skipped_xla if too_long else items).append(item)
     items += [{"kind": "numerics", "point": p.to_json(), "schedule": "auto",
-               "impls": [x for x in bench_numerics.NUMERICS_IMPLS if x in opts.impls]}
+               "impls": [x for x in _numerics.NUMERICS_IMPLS if x in opts.impls]}
               for p in opts.numerics_points]
     _worker.run_items(items, env=base_env, progress_tag="", **run_kwargs)
     _skip(collector, skipped_xla, f"seq > --xla-max-seq={opts.xla_max_seq} "
@@ -276,7 +278,7 @@ def run(opts: Options, command: str) -> Path:
         # Memory held by other processes (a test run still exiting, say) makes OOMs meaningless.
         item = dict(item, gpu_memory_used_before_mib=_gpu_memory_used_mib())
         held_mib = item["gpu_memory_used_before_mib"]
-        if held_mib and held_mib > bench_memory.OTHERS_MEMORY_WARN_MIB:
+        if held_mib and held_mib > _memory.OTHERS_MEMORY_WARN_MIB:
             print(f"WARNING: {held_mib} MiB of GPU memory are held by other "
                   f"processes before {_worker.describe(item)}", file=sys.stderr)
         _worker.run_items([item], env=env, progress_tag="mem ", **run_kwargs)

@@ -5,22 +5,26 @@ Trains a small character-level decoder-only transformer on a text shipped with t
 batches in the same order, and reports whether the two runs end with bitwise identical parameters
 (a SHA-256 of the parameter bytes per run).
 
+The model is a Flax NNX module whose ``nnx.MultiHeadAttention`` layers take jax_dash as their
+``attention_fn`` (through ``jax_dash.flax``); an optax AdamW trains it in a ``jax.jit``-compiled step
+(NNX's functional API: ``nnx.split`` the model, jit a pure step over the parameters). Needs
+``flax`` and ``optax`` (``pip install ".[demo]"`` from a checkout).
+
 With ``--attention jax_dash`` (the default) the attention backward adds its partial sums in a fixed
-order, so the two runs must agree bit for bit. ``--attention cudnn`` and ``--attention xla`` use
-``jax.nn.dot_product_attention`` instead, for comparison: on a GPU cuDNN's backward accumulates with
-atomics, so its two runs usually differ.
+order, so the two runs must agree bit for bit. On a GPU the demo then trains twice more with
+cuDNN's attention (``jax.nn.dot_product_attention(implementation="cudnn")``), whose backward adds
+with atomics, so its two runs usually differ. On a CPU there is no such contrast: XLA's CPU
+attention is reproducible too. ``--attention cudnn``/``xla`` run one implementation alone.
 
-The model is written in plain JAX (no Flax/Optax needed) and avoids every other source of
-run-to-run noise on a GPU: embeddings and the loss use one-hot matmuls instead of gathers, whose
-gradients would be scatter-adds with atomics.
+Every other source of run-to-run noise on a GPU is avoided: the embedding and the loss use one-hot
+matmuls instead of gathers, whose gradients would be scatter-adds with atomics.
 """
-
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import hashlib
-import math
+import glob
 import sys
 import time
 from importlib import resources
@@ -33,17 +37,18 @@ import numpy as np
 from jax_dash.attention import SCHEDULES
 
 ATTENTION_CHOICES = ("jax_dash", "cudnn", "xla")
+CONTRAST_ATTENTION = "cudnn"  # what a GPU run trains with after jax_dash, for contrast
 SCHEDULE_CHOICES = SCHEDULES  # jax_dash.attention's, "auto" first
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 
-# Optimizer constants: AdamW with global-norm clipping, the usual small-transformer recipe.
+# Optimizer constants (optax): AdamW with global-norm clipping, the usual small-transformer recipe.
 _LEARNING_RATE = 3e-3
 _ADAM_B1 = 0.9
 _ADAM_B2 = 0.99
 _ADAM_EPS = 1e-8
 _WEIGHT_DECAY = 0.01
 _CLIP_NORM = 1.0
-_WARMUP_STEPS = 10  # linear warm-up avoids the early loss spike of a cold Adam at this rate
+_WARMUP_STEPS = 10  # linear warm-up (then cosine decay to a tenth): no early spike of a cold Adam
 _INIT_STD = 0.02
 _LAYERNORM_EPS = 1e-5
 _MLP_RATIO = 4
@@ -103,133 +108,148 @@ def default_config(backend: str | None = None, **overrides) -> DemoConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# Model: pre-LayerNorm decoder, learned positions, tied embeddings.
+# Model: a Flax NNX pre-LayerNorm decoder (learned positions, tied embeddings) whose multi-head
+# attention runs jax_dash through its Flax adapter, trained with an optax AdamW.
 
 
-def init_params(key: jax.Array, cfg: DemoConfig, vocab_size: int) -> dict:
-    d, f = cfg.d_model, _MLP_RATIO * cfg.d_model
-    keys = iter(jax.random.split(key, 2 + 4 * cfg.layers))
-
-    def normal(shape):
-        return _INIT_STD * jax.random.normal(next(keys), shape, jnp.float32)
-
-    layers = []
-    for _ in range(cfg.layers):
-        layers.append(
-            dict(
-                ln1=dict(scale=jnp.ones((d,)), bias=jnp.zeros((d,))),
-                qkv=normal((d, 3, cfg.heads, cfg.head_dim)),
-                out=normal((cfg.heads, cfg.head_dim, d)) / math.sqrt(2 * cfg.layers),
-                ln2=dict(scale=jnp.ones((d,)), bias=jnp.zeros((d,))),
-                mlp_in=normal((d, f)),
-                mlp_out=normal((f, d)) / math.sqrt(2 * cfg.layers),
-            )
-        )
-    return dict(
-        embed=normal((vocab_size, d)),
-        pos=normal((cfg.seq, d)),
-        layers=layers,
-        ln_f=dict(scale=jnp.ones((d,)), bias=jnp.zeros((d,))),
-    )
+def _flax_modules():
+    """(nnx, optax), or a one-line error that says how to install them."""
+    try:
+        import optax
+        from flax import nnx
+    except ImportError as error:
+        raise DemoSetupError(
+            f"the demo trains a Flax NNX model with optax and needs both ({error}); install them "
+            "with: python -m pip install \".[demo]\"  (from a checkout) or "
+            "python -m pip install flax optax"
+        ) from None
+    return nnx, optax
 
 
-def _layer_norm(x, p):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + _LAYERNORM_EPS) * p["scale"] + p["bias"]
+class DemoSetupError(RuntimeError):
+    """A demo setting that cannot run here; main prints it as a one-line error."""
 
 
 def make_attention_fn(cfg: DemoConfig) -> Callable:
-    """Causal attention on [batch, seq, heads, head_dim] with the implementation cfg names."""
-    scale = 1.0 / math.sqrt(cfg.head_dim)
+    """The ``attention_fn`` for ``nnx.MultiHeadAttention``: causal, with the implementation cfg names."""
     if cfg.attention == "jax_dash":
-        import jax_dash
+        import jax_dash.flax
 
-        def attend(q, k, v):
-            return jax_dash.attention(q, k, v, scale=scale, is_causal=True, schedule=cfg.schedule)
-
-        return attend
+        return jax_dash.flax.make_attention_fn(is_causal=True, schedule=cfg.schedule)
     if cfg.attention == "cudnn" and jax.default_backend() != "gpu":
-        raise ValueError(
-            f"attention='cudnn' needs a GPU, but JAX's default backend is "
-            f"{jax.default_backend()!r}; use --attention jax_dash or --attention xla here"
+        raise DemoSetupError(
+            f"--attention cudnn needs an NVIDIA GPU, but JAX runs on {jax.default_backend()!r}; "
+            "use --attention jax_dash or --attention xla here"
         )
 
-    def attend(q, k, v):
-        return jax.nn.dot_product_attention(
-            q, k, v, scale=scale, is_causal=True, implementation=cfg.attention
-        )
+    def attention_fn(query, key, value, mask=None, dtype=None, **unused):
+        # nnx.MultiHeadAttention calls with no mask here and no dropout (rate 0).
+        del unused
+        if mask is not None:
+            raise ValueError("the demo's attention_fn takes no mask (it is causal)")
+        if dtype is not None:
+            query, key, value = (x.astype(dtype) for x in (query, key, value))
+        return jax.nn.dot_product_attention(query, key, value, is_causal=True,
+                                            implementation=cfg.attention)
 
-    return attend
+    return attention_fn
 
 
-def forward(params: dict, tokens: jax.Array, cfg: DemoConfig, attend: Callable) -> jax.Array:
-    """Logits [batch, seq, vocab] (float32) for int32 tokens [batch, seq]."""
+def build_model(cfg: DemoConfig, vocab_size: int):
+    """The Flax NNX model, its parameters initialised from ``cfg.seed``."""
+    nnx, _ = _flax_modules()
     compute = jnp.dtype(cfg.dtype)
-    vocab_size = params["embed"].shape[0]
+    d = cfg.d_model
+    attention_fn = make_attention_fn(cfg)
+    init = nnx.initializers.normal(_INIT_STD)
 
-    def matmul(x, w, spec):
-        return jnp.einsum(spec, x.astype(compute), w.astype(compute),
-                          preferred_element_type=jnp.float32)
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.ln1 = nnx.LayerNorm(d, epsilon=_LAYERNORM_EPS, rngs=rngs)
+            self.attn = nnx.MultiHeadAttention(
+                num_heads=cfg.heads, in_features=d, qkv_features=d, out_features=d,
+                dtype=compute, param_dtype=jnp.float32, kernel_init=init, use_bias=False,
+                attention_fn=attention_fn, decode=False, rngs=rngs)
+            self.ln2 = nnx.LayerNorm(d, epsilon=_LAYERNORM_EPS, rngs=rngs)
+            self.mlp_in = nnx.Linear(d, _MLP_RATIO * d, dtype=compute, kernel_init=init,
+                                     rngs=rngs)
+            self.mlp_out = nnx.Linear(_MLP_RATIO * d, d, dtype=compute, kernel_init=init,
+                                      rngs=rngs)
 
-    # One-hot matmul instead of a gather: its gradient is a matmul, not an atomic scatter-add.
-    one_hot = jax.nn.one_hot(tokens, vocab_size, dtype=compute)
-    x = matmul(one_hot, params["embed"], "bsv,vd->bsd") + params["pos"][: tokens.shape[1]]
-    for layer in params["layers"]:
-        h = _layer_norm(x, layer["ln1"])
-        qkv = matmul(h, layer["qkv"], "bsd,dthe->tbshe").astype(compute)
-        attn = attend(qkv[0], qkv[1], qkv[2])
-        x = x + matmul(attn, layer["out"], "bshe,hed->bsd")
-        h = _layer_norm(x, layer["ln2"])
-        h = jax.nn.gelu(matmul(h, layer["mlp_in"], "bsd,df->bsf"))
-        x = x + matmul(h, layer["mlp_out"], "bsf,fd->bsd")
-    x = _layer_norm(x, params["ln_f"])
-    return matmul(x, params["embed"], "bsd,vd->bsv")
+        def __call__(self, x):
+            x = x + self.attn(self.ln1(x), deterministic=True).astype(jnp.float32)
+            h = jax.nn.gelu(self.mlp_in(self.ln2(x)))
+            return x + self.mlp_out(h).astype(jnp.float32)
 
+    class CharTransformer(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Param(init(rngs.params(), (vocab_size, d), jnp.float32))
+            self.pos = nnx.Param(init(rngs.params(), (cfg.seq, d), jnp.float32))
+            self.blocks = nnx.Sequential(*(Block(rngs) for _ in range(cfg.layers)))
+            self.ln_f = nnx.LayerNorm(d, epsilon=_LAYERNORM_EPS, rngs=rngs)
 
-def loss_fn(params, inputs, targets, cfg, attend):
-    logits = forward(params, inputs, cfg, attend)
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
-    # One-hot product instead of take_along_axis, again to keep the gradient scatter-free.
-    target_one_hot = jax.nn.one_hot(targets, logits.shape[-1], dtype=log_probs.dtype)
-    return -jnp.mean(jnp.sum(target_one_hot * log_probs, axis=-1))
+        def __call__(self, tokens):
+            """Logits [batch, seq, vocab] (float32) for int32 tokens [batch, seq]."""
+            embed = self.embed[...].astype(compute)
+            # One-hot matmuls instead of gathers: on a GPU a gather's gradient is an atomic
+            # scatter-add, which would make the runs differ for reasons other than attention.
+            one_hot = jax.nn.one_hot(tokens, vocab_size, dtype=compute)
+            x = jnp.einsum("bsv,vd->bsd", one_hot, embed, preferred_element_type=jnp.float32)
+            x = self.blocks(x + self.pos[: tokens.shape[1]])
+            x = self.ln_f(x).astype(compute)
+            return jnp.einsum("bsd,vd->bsv", x, embed, preferred_element_type=jnp.float32)
 
-
-def init_opt_state(params):
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    return dict(mu=zeros, nu=jax.tree.map(jnp.zeros_like, params), count=jnp.zeros((), jnp.int32))
-
-
-def adamw_update(params, grads, state):
-    global_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
-    clip = jnp.minimum(1.0, _CLIP_NORM / (global_norm + 1e-6))
-    grads = jax.tree.map(lambda g: g * clip, grads)
-    count = state["count"] + 1
-    mu = jax.tree.map(lambda m, g: _ADAM_B1 * m + (1 - _ADAM_B1) * g, state["mu"], grads)
-    nu = jax.tree.map(lambda n, g: _ADAM_B2 * n + (1 - _ADAM_B2) * g * g, state["nu"], grads)
-    t = count.astype(jnp.float32)
-    mu_hat_scale = 1.0 / (1 - _ADAM_B1**t)
-    nu_hat_scale = 1.0 / (1 - _ADAM_B2**t)
-
-    learning_rate = _LEARNING_RATE * jnp.minimum(1.0, t / _WARMUP_STEPS)
-
-    def update(p, m, n):
-        step = m * mu_hat_scale / (jnp.sqrt(n * nu_hat_scale) + _ADAM_EPS)
-        return p - learning_rate * (step + _WEIGHT_DECAY * p)
-
-    new_params = jax.tree.map(update, params, mu, nu)
-    return new_params, dict(mu=mu, nu=nu, count=count)
+    return CharTransformer(nnx.Rngs(cfg.seed))
 
 
-def make_train_step(cfg: DemoConfig) -> Callable:
-    attend = make_attention_fn(cfg)
+def make_optimizer(cfg: DemoConfig):
+    """AdamW with global-norm clipping and a warm-up, the usual small-transformer recipe."""
+    _, optax = _flax_modules()
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, _LEARNING_RATE, _WARMUP_STEPS, max(cfg.steps, _WARMUP_STEPS + 1),
+        end_value=_LEARNING_RATE / 10)
+    return optax.chain(optax.clip_by_global_norm(_CLIP_NORM),
+                       optax.adamw(schedule, b1=_ADAM_B1, b2=_ADAM_B2, eps=_ADAM_EPS,
+                                   weight_decay=_WEIGHT_DECAY))
 
-    def train_step(params, opt_state, inputs, targets):
-        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, cfg, attend)
-        params, opt_state = adamw_update(params, grads, opt_state)
-        return params, opt_state, loss
 
-    return jax.jit(train_step)
+class Trainer:
+    """NNX's functional API: split the model into a static graph and a parameter pytree, then
+    ``jax.jit`` one pure training step over (params, optimizer state, batch)."""
+
+    def __init__(self, cfg: DemoConfig, vocab_size: int):
+        nnx, optax = _flax_modules()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.tx = make_optimizer(cfg)
+        graphdef, _, rest = nnx.split(build_model(cfg, vocab_size), nnx.Param, ...)
+
+        def loss_fn(params, inputs, targets):
+            logits = nnx.merge(graphdef, params, rest)(inputs)
+            # One-hot targets for the same reason as the embedding: no scatter in the gradient.
+            labels = jax.nn.one_hot(targets, vocab_size, dtype=logits.dtype)
+            return jnp.mean(optax.softmax_cross_entropy(logits, labels))
+
+        def train_step(params, opt_state, inputs, targets):
+            loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+
+        self._train_step = jax.jit(train_step)
+        self.step = None
+
+    def init(self):
+        """Fresh parameters (from cfg.seed) and optimizer state."""
+        nnx, _ = _flax_modules()
+        params = nnx.state(build_model(self.cfg, self.vocab_size), nnx.Param)
+        return params, self.tx.init(params)
+
+    def compile(self, batch: np.ndarray):
+        """Compiles the step once, before any clock starts: every run executes this program."""
+        params, opt_state = self.init()
+        window = jnp.asarray(batch)
+        self.step = self._train_step.lower(params, opt_state, window[:, :-1],
+                                           window[:, 1:]).compile()
+        return self
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,38 +321,39 @@ class DemoResult:
         return self.runs[0].digest == self.runs[1].digest
 
 
-def train_once(cfg: DemoConfig, train_step, batches: np.ndarray, vocab_size: int,
-               label: str, progress: TextIO | None) -> RunResult:
-    params = init_params(jax.random.key(cfg.seed), cfg, vocab_size)
-    opt_state = init_opt_state(params)
+def train_once(trainer: Trainer, batches: np.ndarray, label: str,
+               progress: TextIO | None) -> RunResult:
+    cfg = trainer.cfg
+    params, opt_state = trainer.init()
     bar = _Progress(label, cfg.steps, progress, every=max(1, cfg.steps // 10))
     losses = []
     start = time.perf_counter()
     for step in range(cfg.steps):
         window = jnp.asarray(batches[step])
-        params, opt_state, loss = train_step(params, opt_state, window[:, :-1], window[:, 1:])
+        params, opt_state, loss = trainer.step(params, opt_state, window[:, :-1], window[:, 1:])
         losses.append(float(loss))  # also paces the loop, so the bar shows real progress
         bar.update(step + 1, losses[-1])
     params = jax.block_until_ready(params)
     return RunResult(losses, params_digest(params), time.perf_counter() - start, params)
 
 
-def run_demo(cfg: DemoConfig, progress: TextIO | None = None, runs: int = 2) -> DemoResult:
-    """Train ``runs`` times with identical inputs; the result holds losses and parameter hashes."""
+def prepare(cfg: DemoConfig) -> tuple[Trainer, np.ndarray]:
+    """The compiled trainer and the batches. Raises ValueError/DemoSetupError for settings the
+    chosen attention cannot run (e.g. a head_dim the kernels do not take) before any training."""
     text = load_corpus()
     vocab = sorted(set(text))
     index = {ch: i for i, ch in enumerate(vocab)}
     tokens = np.array([index[ch] for ch in text], dtype=np.int32)
     batches = make_batches(tokens, cfg)
-    # Compiled once, before the clocks start: both runs execute the very same program.
-    params = init_params(jax.random.key(cfg.seed), cfg, len(vocab))
-    window = jnp.asarray(batches[0])
-    train_step = make_train_step(cfg).lower(
-        params, init_opt_state(params), window[:, :-1], window[:, 1:]).compile()
-    results = [
-        train_once(cfg, train_step, batches, len(vocab), f"run {i + 1}/{runs}", progress)
-        for i in range(runs)
-    ]
+    return Trainer(cfg, len(vocab)).compile(batches[0]), batches
+
+
+def run_demo(cfg: DemoConfig, progress: TextIO | None = None, runs: int = 2,
+             prepared: tuple[Trainer, np.ndarray] | None = None) -> DemoResult:
+    """Train ``runs`` times with identical inputs; the result holds losses and parameter hashes."""
+    trainer, batches = prepared or prepare(cfg)
+    results = [train_once(trainer, batches, f"run {i + 1}/{runs}", progress)
+               for i in range(runs)]
     return DemoResult(cfg, results)
 
 
@@ -380,20 +401,33 @@ def report(result: DemoResult, out: TextIO) -> None:
         out.write("error: jax_dash promises identical runs; please report this as a bug.\n")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line (no usage block): bad settings are common, the usage is in --help."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m jax_dash.demo",
-        description="Train a small transformer twice and check that the runs agree bit for bit. "
-                    "Defaults depend on the backend: a ~2 minute float32 run on a CPU, a bf16 "
-                    "model with seq 1024 on a GPU.",
+        description="Train a small Flax NNX transformer (jax_dash attention, optax AdamW) twice "
+                    "and check that the two runs end with bit-identical parameters. On a GPU it "
+                    "then trains twice with cuDNN's attention for contrast. Defaults depend on "
+                    "the backend: a float32 model that trains in well under a minute on a CPU, a "
+                    "bf16 model at seq 1024 on a GPU.",
     )
     parser.add_argument("--attention", choices=ATTENTION_CHOICES, default="jax_dash",
-                        help="attention implementation (cudnn and xla: jax.nn.dot_product_attention)")
+                        help="attention implementation (cudnn and xla: jax.nn.dot_product_attention;"
+                             " cudnn needs a GPU)")
+    parser.add_argument("--no-contrast", action="store_true",
+                        help="on a GPU, skip the two cuDNN runs that follow the jax_dash runs")
     parser.add_argument("--steps", type=int, help="training steps per run")
     parser.add_argument("--seq", type=int, help="sequence length (characters)")
     parser.add_argument("--layers", type=int, help="transformer layers")
     parser.add_argument("--heads", type=int, help="attention heads")
-    parser.add_argument("--head-dim", type=int, help="head dimension (GPU kernels: 64 or 128)")
+    parser.add_argument("--head-dim", type=int,
+                        help="head dimension (CPU: a multiple of 8 up to 256; GPU: 64 or 128)")
     parser.add_argument("--batch", type=int, help="sequences per step")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES,
                         help="compute dtype (GPU kernels: bfloat16 or float16)")
@@ -404,11 +438,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _gpu_hardware_visible() -> bool:
+    """An NVIDIA GPU's device node exists (Linux), whatever JAX can use."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def describe_device() -> str:
+    """Where the demo runs, and on a CPU with an NVIDIA GPU present, how to get a CUDA JAX."""
+    device = jax.devices()[0]
+    line = f"device: {device.device_kind} ({jax.default_backend()}, {device})"
+    if jax.default_backend() == "cpu" and _gpu_hardware_visible():
+        line += ("\nnote: an NVIDIA GPU is present but this JAX has no CUDA support, so the demo "
+                 "runs on the CPU. For the GPU: python -m pip install \"jax[cuda13]>=0.10,<0.13\" "
+                 "(or jax[cuda12] for a CUDA 12 driver), then reinstall jax_dash with nvcc on PATH")
+    return line
+
+
+def _run_pair(cfg: DemoConfig, args, out: TextIO, progress: TextIO | None,
+              parser: argparse.ArgumentParser) -> DemoResult:
+    out.write(
+        f"Flax NNX char-level decoder, {cfg.layers} layers, {cfg.heads} heads x {cfg.head_dim}, "
+        f"seq {cfg.seq}, batch {cfg.batch}, {cfg.steps} steps, {cfg.dtype}, optax AdamW, "
+        f"attention {cfg.attention}"
+        + (f" (schedule {cfg.schedule})" if cfg.attention == "jax_dash" else "")
+        + f", seed {cfg.seed}\n"
+    )
+    out.flush()
+    try:
+        prepared = prepare(cfg)
+    except (DemoSetupError, ValueError, TypeError) as error:
+        # Settings the chosen attention cannot run (say --head-dim 20): one line, no traceback.
+        parser.error(str(error).splitlines()[0])
+    result = run_demo(cfg, progress=None if args.quiet else progress, prepared=prepared)
+    report(result, out)
+    return result
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None,
          progress: TextIO | None = None) -> int:
     """Runs the demo; returns 0, or 1 when jax_dash's reproducible runs differ (a bug)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     out = out or sys.stdout
+    progress = progress or sys.stderr
     try:
         cfg = default_config(
             steps=args.steps, seq=args.seq, layers=args.layers, heads=args.heads,
@@ -416,22 +488,28 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
             attention=args.attention, schedule=args.schedule, seed=args.seed,
         )
     except ValueError as error:
-        _parser().error(str(error))
+        parser.error(str(error))
     if cfg.schedule != "auto" and cfg.attention != "jax_dash":
-        _parser().error(f"--schedule {cfg.schedule} applies to --attention jax_dash only")
-    out.write(
-        f"jax_dash demo on {jax.default_backend()} ({jax.devices()[0].device_kind}): "
-        f"char-level decoder, {cfg.layers} layers, {cfg.heads} heads x {cfg.head_dim}, "
-        f"seq {cfg.seq}, batch {cfg.batch}, {cfg.steps} steps, {cfg.dtype}, "
-        f"attention {cfg.attention}"
-        + (f" (schedule {cfg.schedule})" if cfg.attention == "jax_dash" else "")
-        + ", seed {}\n".format(cfg.seed)
-    )
-    out.flush()
-    result = run_demo(cfg, progress=None if args.quiet else (progress or sys.stderr))
-    report(result, out)
+        parser.error(f"--schedule {cfg.schedule} applies to --attention jax_dash only")
+    on_gpu = jax.default_backend() == "gpu"
+    if cfg.attention == "cudnn" and not on_gpu:
+        parser.error(f"--attention cudnn needs an NVIDIA GPU, but JAX runs on "
+                     f"{jax.default_backend()!r} here; use --attention jax_dash or xla")
+    out.write(f"jax_dash demo, {describe_device()}\n")
+    result = _run_pair(cfg, args, out, progress, parser)
     reproducible_by_design = cfg.attention == "jax_dash" and cfg.schedule != "atomic"
-    return 1 if (reproducible_by_design and not result.identical) else 0
+    code = 1 if (reproducible_by_design and not result.identical) else 0
+    if cfg.attention != "jax_dash" or args.no_contrast:
+        return code
+    if on_gpu:
+        out.write(f"\ncontrast: the same training with jax.nn.dot_product_attention("
+                  f"implementation={CONTRAST_ATTENTION!r}), whose backward adds with atomics:\n")
+        _run_pair(dataclasses.replace(cfg, attention=CONTRAST_ATTENTION, schedule="auto"), args,
+                  out, progress, parser)
+    else:
+        out.write("note: on a CPU, XLA's own attention is reproducible too (no atomics), so the "
+                  "contrast with a racing backward (cuDNN's) needs an NVIDIA GPU.\n")
+    return code
 
 
 if __name__ == "__main__":

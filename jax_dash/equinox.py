@@ -25,7 +25,8 @@ try:
     import equinox as eqx
 except ImportError as error:  # Equinox is an optional dependency
     raise ImportError(
-        "jax_dash.equinox needs Equinox, which is not installed: pip install jax_dash[equinox]"
+        "jax_dash.equinox needs Equinox, which is not installed: python -m pip install equinox "
+        '(or, in a jax_dash checkout, python -m pip install ".[equinox]")'
     ) from error
 
 import jax

@@ -552,8 +552,8 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise SystemExit("--plot needs matplotlib: pip install 'jax_dash[plot]' "
-                         "(or pip install matplotlib)") from exc
+        raise SystemExit("--plot needs matplotlib: python -m pip install matplotlib "
+                         "(or, in a jax_dash checkout, python -m pip install \".[plot]\")") from exc
     fig, axes = plt.subplots(len(results), 1, figsize=(14, 2.2 + 0.09 * max_workers *
                                                        len(results)), squeeze=False)
     # Head colours from tab20 without its two reds, which would read as ticket stalls.

@@ -12,11 +12,12 @@ BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 import _grid  # noqa: E402
+import _numerics  # noqa: E402
+import _peers  # noqa: E402
 import _report  # noqa: E402
 import _timing  # noqa: E402
 import _worker  # noqa: E402
 import bench_attention  # noqa: E402
-import bench_numerics  # noqa: E402
 
 
 def test_schedule_lists_match_the_package(monkeypatch):
@@ -96,7 +97,7 @@ def test_bitwise_repeatable_detects_changing_bits():
 def test_fp64_reference_matches_softmax_definition():
     rng = np.random.default_rng(0)
     q, k, v, do = (rng.standard_normal((1, 5, 1, 3)) for _ in range(4))
-    out, dq, dk, dv = bench_numerics.reference_fp64(q, k, v, do, is_causal=True)
+    out, dq, dk, dv = _numerics.reference_fp64(q, k, v, do, is_causal=True)
     # Causal row 0 sees only key 0: its output is v[0] and its query gradient is zero.
     np.testing.assert_allclose(out[0, 0, 0], v[0, 0, 0], rtol=1e-12)
     np.testing.assert_allclose(dq[0, 0, 0], 0.0, atol=1e-12)
@@ -104,9 +105,63 @@ def test_fp64_reference_matches_softmax_definition():
     eps = 1e-6
     v2 = v.copy()
     v2[0, 2, 0, 1] += eps
-    out2 = bench_numerics.reference_fp64(q, k, v2, do, is_causal=True)[0]
+    out2 = _numerics.reference_fp64(q, k, v2, do, is_causal=True)[0]
     numeric = ((out2 - out) * do).sum() / eps
     np.testing.assert_allclose(dv[0, 2, 0, 1], numeric, rtol=1e-5)
+
+
+@pytest.mark.usefixtures("on_cpu")
+@pytest.mark.parametrize("impl", ["jax_dash", "xla"])
+def test_backward_alone_runs_only_the_backward(impl):
+    import jax
+    import jax.numpy as jnp
+
+    point = _grid.Point(head_dim=32, seq=64, mask="causal", batch=1, heads=2)
+    (args,) = _peers.random_inputs(point, num_sets=1, dtype_name="float32")
+    fn = _peers.attention_fn(impl, is_causal=True)
+    residuals, backward = _peers.jitted_backward(fn)
+    _, fwd_bwd = _peers.jitted_pair(fn)
+    vjp_fn = residuals(*args[:3])
+    grads = backward(vjp_fn, args[3])
+    for got, want in zip(grads, fwd_bwd(*args)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    hlo = backward.lower(vjp_fn, args[3]).as_text()
+    if impl == "jax_dash":  # the forward kernel is not in the timed program, the backward is
+        assert "jax_dash_bwd" in hlo and "jax_dash_fwd" not in hlo
+        assert "jax_dash_fwd" in fwd_bwd.lower(*args).as_text()
+    else:  # XLA's backward reuses the saved probabilities: no exponentials recomputed
+        assert "exponential" not in hlo
+        assert "exponential" in jax.jit(fn).lower(*args[:3]).as_text()
+    assert all(x.dtype == jnp.float32 for x in grads)
+
+
+def test_benchmark_imports_run_one_way():
+    """No import cycle among benchmarks/*.py, counting imports inside functions too."""
+    import ast
+
+    local = {f.stem for f in BENCH_DIR.glob("*.py")}
+    graph = {}
+    for name in local:
+        tree = ast.parse((BENCH_DIR / f"{name}.py").read_text())
+        graph[name] = {alias.name.split(".")[0] for node in ast.walk(tree)
+                       if isinstance(node, ast.Import) for alias in node.names} & local
+        graph[name] |= {node.module.split(".")[0] for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and node.module} & local
+    assert graph["bench_memory"] == {"bench_attention"}  # the entry points sit on top
+
+    def reaches(start, target, seen=()):
+        return any(n == target or (n not in seen and reaches(n, target, seen + (n,)))
+                   for n in graph[start])
+
+    cycles = [name for name in local if reaches(name, name)]
+    assert not cycles, {name: graph[name] for name in cycles}
+
+
+def test_cli_help_runs():
+    proc = subprocess.run([sys.executable, str(BENCH_DIR / "bench_attention.py"), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--memory" in proc.stdout and "--numerics" in proc.stdout
 
 
 def _fake_record(impl, schedule, point, fwd_s, bwd_s, repeatable=True):
@@ -167,6 +222,9 @@ def test_cli_smoke_on_cpu(tmp_path):
     point = _grid.Point(head_dim=64, seq=64, mask="causal", batch=2, heads=2)
     xla = records[f"time|xla|-|{point.key}"]["result"]
     assert xla["fwd"]["median_s"] > 0 and xla["fwd_bwd"]["median_s"] > 0
+    # The backward is timed alone (a VJP of precomputed residuals), not as a difference.
+    assert xla["bwd_s"] == xla["bwd"]["median_s"] > 0 and xla["bwd_method"] == _worker.BWD_METHOD
+    assert xla["bwd"]["input_sets"] == 2  # tiny residuals: both input sets rotate
     assert xla["repeat"]["repeatable"] is True
     assert records[f"time|cudnn|-|{point.key}"]["skipped"]
     assert records[f"time|cudnn_det|-|{point.key}"]["skipped"]
@@ -177,9 +235,10 @@ def test_cli_smoke_on_cpu(tmp_path):
     numerics = records[f"numerics|{_grid.Point(head_dim=64, seq=32, mask='causal', batch=1, heads=2).key}"]
     xla_dev = numerics["result"]["impls"]["xla"]
     # bf16 attention is accurate to ~1e-2 relative; a broken harness gives O(1) or NaN.
-    assert all(0 < xla_dev[t]["rel_rms"] < 5e-2 for t in bench_numerics.TENSORS)
+    assert all(0 < xla_dev[t]["rel_rms"] < 5e-2 for t in _numerics.TENSORS)
     md = (out / "results.md").read_text()
     assert "## Backward TFLOP/s" in md and "| 64 | causal | 64 |" in md
+    assert "residuals precomputed by a jitted forward" in md
     try:
         import matplotlib  # noqa: F401
         assert (out / "bwd_tflops.png").stat().st_size > 0
@@ -203,7 +262,7 @@ def test_worker_restarts_after_device_fault():
 
 
 def test_memory_report_flags_ooms_when_others_held_memory():
-    import bench_memory
+    import _memory
     p16, p32 = (_grid.Point(head_dim=128, seq=s, mask="causal", batch=1, heads=16) for s in (16384, 32768))
 
     def mem(impl, point, peak, oom=False, held=300):
@@ -215,7 +274,7 @@ def test_memory_report_flags_ooms_when_others_held_memory():
 
     records = [mem("cudnn", p16, 6.7e8), mem("jax_dash", p16, 6.7e8), mem("cudnn_det", p16, 9.1e9),
                mem("cudnn", p32, 1.35e9), mem("jax_dash", p32, 4e9),
-               mem("cudnn_det", p32, None, oom=True, held=bench_memory.OTHERS_MEMORY_WARN_MIB + 60000)]
+               mem("cudnn_det", p32, None, oom=True, held=_memory.OTHERS_MEMORY_WARN_MIB + 60000)]
     md = _report.render_markdown({"records": {bench_attention.record_key(r["item"]): r for r in records}})
     assert "OOM, plans 30.0 GB temp (SUSPECT: other processes held 59.6 GiB at start)" in md
     assert "| 16384 | 1x16x128 causal | 0.67 | 9.10 | 0.67 | 1.00x |" in md

@@ -69,14 +69,40 @@ def test_jax_dash_training_matches_xla_attention():
 
 
 def test_digest_sees_one_ulp_and_seed_changes():
-    params = demo.init_params(jax.random.key(0), demo.DemoConfig(**TINY), vocab_size=10)
+    cfg = demo.DemoConfig(**TINY)
+    params, _ = demo.Trainer(cfg, vocab_size=10).init()
     base = demo.params_digest(params)
-    assert demo.params_digest(params) == base
-    embed = np.asarray(params["embed"]).copy()
-    embed[3, 5] = np.nextafter(embed[3, 5], np.float32(np.inf))
-    assert demo.params_digest({**params, "embed": embed}) != base
-    other = demo.init_params(jax.random.key(1), demo.DemoConfig(**TINY), vocab_size=10)
+    assert demo.params_digest(demo.Trainer(cfg, vocab_size=10).init()[0]) == base
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    bumped = np.asarray(leaves[0]).copy()
+    bumped.flat[5] = np.nextafter(bumped.flat[5], np.float32(np.inf))
+    one_ulp = jax.tree_util.tree_unflatten(treedef, [bumped] + leaves[1:])
+    assert demo.params_digest(one_ulp) != base
+    other, _ = demo.Trainer(demo.DemoConfig(**{**TINY, "seed": 1}), vocab_size=10).init()
     assert demo.params_digest(other) != base
+
+
+def test_model_is_flax_nnx_with_jax_dash_attention(monkeypatch):
+    from flax import nnx
+
+    import jax_dash
+
+    calls = []
+    original = jax_dash.attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(jax_dash, "attention", counting)
+    cfg = demo.DemoConfig(**{**TINY, "layers": 2}, schedule="descending")
+    model = demo.build_model(cfg, vocab_size=10)
+    assert isinstance(model, nnx.Module)
+    attention_layers = [m for _, m in nnx.iter_graph(model)
+                        if isinstance(m, nnx.MultiHeadAttention)]
+    assert len(attention_layers) == 2
+    demo.prepare(cfg)  # traces the training step: every layer's attention is jax_dash's
+    assert len(calls) == 2 and all(c["is_causal"] and c["schedule"] == "descending" for c in calls)
 
 
 def test_batches_fixed_by_seed():
@@ -91,7 +117,7 @@ def test_batches_fixed_by_seed():
 
 def test_main_reports_identical_runs_and_keeps_progress_off_stdout():
     out, progress = io.StringIO(), io.StringIO()
-    assert demo.main(TINY_ARGS, out=out, progress=progress) == 0
+    assert demo.main([*TINY_ARGS, "--no-contrast"], out=out, progress=progress) == 0
     text = out.getvalue()
     assert "IDENTICAL" in text and "DIFFERENT" not in text
     digests = [line.split("sha256 ")[1] for line in text.splitlines() if "sha256" in line]
@@ -146,9 +172,72 @@ def test_bad_settings_are_rejected():
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks the message shown without a GPU")
-def test_cudnn_without_gpu_is_a_clear_error():
-    with pytest.raises(ValueError, match="needs a GPU"):
+def test_cudnn_without_gpu_is_a_clear_error(capsys):
+    with pytest.raises(demo.DemoSetupError, match="needs an NVIDIA GPU"):
         demo.make_attention_fn(demo.DemoConfig(**TINY, attention="cudnn"))
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main([*TINY_ARGS, "--attention", "cudnn"], out=io.StringIO())
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--attention cudnn needs an NVIDIA GPU" in err
+
+
+def test_settings_the_kernels_cannot_run_are_one_line_errors(capsys):
+    args = [a if a != "16" else "20" for a in TINY_ARGS]  # --head-dim 20: not a multiple of 8
+    assert "20" in args
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(args, out=io.StringIO())
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "head_dim=20" in err and "Traceback" not in err
+
+
+def test_cpu_run_names_its_device_and_why_there_is_no_contrast():
+    if jax.default_backend() == "gpu":
+        pytest.skip("checks the CPU message")
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--quiet"], out=out) == 0
+    text = out.getvalue()
+    assert text.startswith("jax_dash demo, device: ") and "(cpu" in text
+    assert "XLA's own attention is reproducible too" in text and "contrast" in text
+    assert "cuDNN" in text and text.count("params sha256") == 2  # no cuDNN runs on a CPU
+
+
+def test_device_line_says_how_to_get_a_cuda_jax(monkeypatch):
+    if jax.default_backend() == "gpu":
+        pytest.skip("checks the CPU message")
+    monkeypatch.setattr(demo, "_gpu_hardware_visible", lambda: False)
+    assert "note" not in demo.describe_device()
+    monkeypatch.setattr(demo, "_gpu_hardware_visible", lambda: True)
+    line = demo.describe_device()
+    assert "runs on the CPU" in line and 'pip install "jax[cuda13]' in line
+
+
+def test_missing_flax_is_a_one_line_error_naming_the_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "optax", None)  # makes `import optax` raise ImportError
+    with pytest.raises(demo.DemoSetupError, match=r'pip install "\.\[demo\]"'):
+        demo.Trainer(demo.DemoConfig(**TINY), vocab_size=10)
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(TINY_ARGS, out=io.StringIO())
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs both" in err
+
+
+def test_gpu_flow_runs_the_contrast_after_jax_dash(monkeypatch):
+    """The GPU control flow, run on the CPU: a backend reported as "gpu", XLA as the contrast."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(demo, "CONTRAST_ATTENTION", "xla")
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--quiet"], out=out) == 0
+    text = out.getvalue()
+    first, contrast = text.split("\ncontrast: ")
+    assert "attention jax_dash" in first and "final parameters: IDENTICAL" in first
+    assert "implementation='xla'" in contrast and "attention xla" in contrast
+    assert text.count("params sha256") == 4 and "needs an NVIDIA GPU" not in text
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--quiet", "--no-contrast"], out=out) == 0
+    assert "contrast" not in out.getvalue() and out.getvalue().count("params sha256") == 2
 
 
 def test_defaults_per_backend():
@@ -179,3 +268,17 @@ def test_demo_on_hopper_is_bitwise_reproducible():
     assert result.identical, [run.digest for run in result.runs]
     assert result.runs[0].losses == result.runs[1].losses
     assert all(np.isfinite(result.runs[0].losses))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_hopper_device() is None, reason="needs a CUDA GPU of compute capability 9.0")
+def test_demo_on_hopper_runs_the_cudnn_contrast():
+    out = io.StringIO()
+    args = ["--steps", "3", "--seq", "256", "--layers", "1", "--heads", "2", "--head-dim", "64",
+            "--batch", "2", "--dtype", "bfloat16", "--quiet"]
+    with jax.default_device(_hopper_device()):
+        assert demo.main(args, out=out) == 0
+    text = out.getvalue()
+    assert "(gpu" in text and "contrast" in text and "attention cudnn" in text
+    assert text.count("params sha256") == 4  # two jax_dash runs, then two cuDNN runs
+    assert "final parameters: IDENTICAL" in text.split("contrast")[0]

@@ -87,21 +87,26 @@ def fwd_call(q, k, v, scale: float, is_causal: bool):
         q, k, v, scale=np.float32(scale), is_causal=bool(is_causal))
 
 
-def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: str):
-    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped."""
+def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: str,
+             f32_grads: bool = False):
+    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped.
+
+    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators; CPU only
+    for now: the GPU handler answers Unimplemented)."""
     q, k, v, out, lse, dout = _unify_varying(q, k, v, out, lse, dout)
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
         batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
+    grad_dtype = jnp.float32 if f32_grads else q.dtype
     result_types = (
-        _result_type(q.shape, q.dtype, q),
-        _result_type(k.shape, k.dtype, q),
-        _result_type(v.shape, v.dtype, q),
+        _result_type(q.shape, grad_dtype, q),
+        _result_type(k.shape, grad_dtype, q),
+        _result_type(v.shape, grad_dtype, q),
         _result_type((f32_size,), jnp.float32, q),
         _result_type((i32_size,), jnp.int32, q),
     )
     dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
         q, k, v, out, lse, dout, scale=np.float32(scale), is_causal=bool(is_causal),
-        schedule=np.int32(SCHEDULE_IDS[schedule]))
+        schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads))
     return dq, dk, dv

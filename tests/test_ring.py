@@ -288,3 +288,52 @@ def test_zigzag_helpers_reject_bad_input(fn):
         fn(jnp.zeros((1, 16, 2)), 0)
     with pytest.raises(ValueError, match=re.escape("seq_axis=3 is not an axis of x")):
         fn(jnp.zeros((1, 16, 2)), 4, seq_axis=3)
+
+
+# ---- jax.jit(jax_dash.attention) on sequence-sharded inputs: the partitioner's ring -----------
+
+def _jit_grads(is_causal):
+    def loss(q, k, v):
+        return jnp.sum(jax_dash.attention(q, k, v, is_causal=is_causal) ** 2)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+
+
+@pytest.mark.parametrize("spec", [
+    P(None, "seq"),                      # sequence only
+    P("data", "seq"),                    # batch x sequence
+    P(None, "seq", "data"),              # sequence x heads
+    P(None, ("data", "seq")),            # one ring over both axes
+])
+def test_jit_of_sequence_sharded_inputs_runs_the_ring(spec):
+    from jax.sharding import NamedSharding
+    q, k, v, _ = random_inputs(10, 2, 64, 64, 4, 2, 16, jnp.float32)
+    grads = _jit_grads(True)
+    expected = grads(q, k, v)
+    sharding = NamedSharding(_mesh((2, 4), ("data", "seq")), spec)
+    args = [jax.device_put(x, sharding) for x in (q, k, v)]
+    hlo = grads.lower(*args).compile().as_text()
+    assert "collective-permute" in hlo
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+    loss, ours = grads(*args)
+    np.testing.assert_allclose(loss, expected[0], rtol=1e-5)
+    _assert_close([jnp.zeros(())] + list(ours), [jnp.zeros(())] + list(expected[1]))
+    for g in ours:  # the gradients keep the inputs' sharding
+        assert g.sharding.is_equivalent_to(sharding, g.ndim), (g.sharding, sharding)
+    for a, b in zip(ours, grads(*args)[1]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_jit_without_an_even_ring_gathers_and_is_exact():
+    # Causal with seq_q != seq_kv has no ring: the sequence is gathered, giving the single
+    # device's bits.
+    from jax.sharding import NamedSharding
+    q, _, _, _ = random_inputs(11, 1, 64, 32, 2, 1, 16, jnp.float32)
+    _, k, v, _ = random_inputs(12, 1, 32, 32, 2, 1, 16, jnp.float32)
+    grads = _jit_grads(True)
+    expected = grads(q, k, v)
+    sharding = NamedSharding(_mesh((4,), ("seq",)), P(None, "seq"))
+    args = [jax.device_put(x, sharding) for x in (q, k, v)]
+    assert "collective-permute" not in grads.lower(*args).compile().as_text()
+    for a, b in zip(grads(*args)[1], expected[1]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

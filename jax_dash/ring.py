@@ -54,7 +54,7 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
       is_causal: top-left causal mask over *global* positions; needs ``seq_q == seq_kv``.
       scale: softmax scale, default ``1 / sqrt(head_dim)``.
       schedule: the backward schedule of every block pair (``jax_dash.SCHEDULES``); ``"auto"``
-        picks per block pair from its shape.
+        picks what ``jax_dash.attention`` picks for the global (unsharded) problem.
       layout: ``"contiguous"`` (device ``i`` holds tokens ``[i*L, (i+1)*L)``) or ``"zigzag"``
         (device ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``; see ``zigzag``). Only the causal
         mask depends on it.
@@ -81,6 +81,11 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
     unbatched = query.ndim == 3
     if unbatched:
         query, key, value = query[None], key[None], value[None]
+    if schedule == "auto":
+        # Chosen from the global problem, as jit(attention) on sharded inputs chooses it, so the
+        # two paths to the ring give the same bits.
+        schedule = _auto_schedule(_global_shape(query.shape, axis_size),
+                                  _global_shape(key.shape, axis_size), bool(is_causal))
     config = RingConfig(axis_name, axis_size, float(scale), bool(is_causal), schedule, layout)
     out = _ring(query, key, value, config)
     return out[0] if unbatched else out
@@ -95,6 +100,11 @@ class RingConfig:
     is_causal: bool
     schedule: str
     layout: str
+
+
+def _global_shape(block_shape, axis_size):
+    batch, seq, heads, head_dim = block_shape
+    return (batch, seq * axis_size, heads, head_dim)
 
 
 def _check_axis_name(axis_name):

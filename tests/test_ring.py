@@ -337,3 +337,22 @@ def test_jit_without_an_even_ring_gathers_and_is_exact():
     assert "collective-permute" not in grads.lower(*args).compile().as_text()
     for a, b in zip(grads(*args)[1], expected[1]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_batch_sharding_keeps_the_rings_bits():
+    """A 2-D mesh (batch x sequence) gives the bits of the 1-D ring of the same size."""
+    args = random_inputs(13, 4, 64, 64, 4, 2, 16, jnp.float32)
+    one_d = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "contiguous")(*args)
+    two_d = _ring_vjp((2, 4), ("data", "seq"), P("data", "seq"), "seq", True, "contiguous")(*args)
+    for a, b in zip(one_d, two_d):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_jit_path_gives_the_bits_of_ring_attention_in_shard_map():
+    from jax.sharding import NamedSharding
+    args = random_inputs(14, 2, 64, 64, 4, 2, 16, jnp.float32)
+    in_shard_map = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "contiguous")(*args)
+    sharding = NamedSharding(_mesh((4,), ("seq",)), P(None, "seq"))
+    jitted = _single_vjp(True)(*[jax.device_put(x, sharding) for x in args])
+    for a, b in zip(in_shard_map, jitted):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -31,6 +31,9 @@ for _target, _platforms in _ext.registrations().items():
 
 built_with_cuda = _ext.built_with_cuda()
 CPU_WAVE = _ext.CPU_WAVE
+# Platforms (jax Device.platform) whose backward handler writes float32 gradients (f32_grads), which
+# the ring's backward needs; the Hopper handler answers Unimplemented for now.
+F32_GRADS_PLATFORMS = frozenset({"cpu"})
 
 
 def _result_type(shape, dtype, like):

@@ -9,7 +9,8 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
   otherwise heads are gathered. A query sharded along the sequence runs as a ring
   (``jax_dash.ring``, contiguous layout) over the query's sequence mesh axes: key/value blocks
   travel with ``collective-permute``, nothing is all-gathered. The ring needs both sequences to
-  divide evenly over those axes (and, causal, equal lengths); otherwise the sequence is gathered
+  divide evenly over those axes (and, causal, equal lengths) and, for now, CPU devices (the Hopper
+  backward does not write the float32 block gradients yet); otherwise the sequence is gathered
   (replicated) before the call, which is exact too. head_dim is always replicated.
 """
 
@@ -20,6 +21,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -63,9 +65,20 @@ def _plan(mesh, q_shape, k_shape, q_sharding, is_causal):
     ring_size = _axes_size(mesh, seq_axes)
     if seq_axes is not None and (ring_size == 1 or q_shape[1] % ring_size
                                  or k_shape[1] % ring_size
-                                 or (is_causal and q_shape[1] != k_shape[1])):
+                                 or (is_causal and q_shape[1] != k_shape[1])
+                                 or not _ring_runs_on(mesh)):
         seq_axes = None  # no even ring: gather the sequence
     return batch_axes, head_axes, seq_axes
+
+
+def _ring_runs_on(mesh) -> bool:
+    """Whether the ring's backward (float32 block gradients) exists on the mesh's devices; where it
+    does not yet (the Hopper kernels), a sharded sequence is gathered as before."""
+    try:
+        device = np.asarray(mesh.devices).flat[0]
+    except (AttributeError, IndexError, TypeError, ValueError):  # an abstract mesh: no devices
+        return False
+    return getattr(device, "platform", None) in _ffi.F32_GRADS_PLATFORMS
 
 
 def _seq_spec(mesh, batch_axes, head_axes, seq_axes):

@@ -1,7 +1,8 @@
 """Loads the native extension, registers its FFI targets, and wraps the raw ``ffi_call``\\ s.
 
 Inputs here are always 4-D; folding vmap axes and the missing batch axis happens above
-(``sharding.py``, ``attention.py``).
+(``sharding.py``, ``attention.py``). A raw call that is vmapped anyway (``ring.simulate`` maps the
+ring's devices) runs once per element (``vmap_method="sequential"``).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def fwd_call(q, k, v, scale: float, is_causal: bool):
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
-    return jax.ffi.ffi_call("jax_dash_fwd", result_types)(
+    return jax.ffi.ffi_call("jax_dash_fwd", result_types, vmap_method="sequential")(
         q, k, v, scale=np.float32(scale), is_causal=bool(is_causal))
 
 
@@ -109,7 +110,7 @@ def bwd_call(q, k, v, out, lse, dout, scale: float, is_causal: bool, schedule: s
         _result_type((f32_size,), jnp.float32, q),
         _result_type((i32_size,), jnp.int32, q),
     )
-    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
+    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential")(
         q, k, v, out, lse, dout, scale=np.float32(scale), is_causal=bool(is_causal),
         schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads))
     return dq, dk, dv

@@ -188,19 +188,17 @@ def _block_backward(config, q, k, v, out, lse, dout, is_causal):
                          _schedule_for(config, q, k, is_causal), f32_grads=True)
 
 
-def _lse_weight(lse, lse_total):
-    """exp(lse - lse_total) as a [B, S, H, 1] factor; 0 where nothing was seen (both -inf)."""
-    weight = jnp.where(jnp.isneginf(lse_total), 0.0, jnp.exp(lse - lse_total))
-    return jnp.swapaxes(weight, 1, 2)[..., None]
-
-
 def merge(out_acc, lse_acc, out_block, lse_block):
     """The softmax-weighted combination of two partial attentions over disjoint key sets
-    (float32 out [B, S, H, D], lse [B, H, S]); a side with lse = -inf contributes nothing."""
+    (float32 out [B, S, H, D], lse [B, H, S]); a side with lse = -inf contributes nothing.
+
+    Written as ``out_acc + w * (out_block - out_acc)`` with ``w = exp(lse_block - lse_total)``:
+    one product and one sum, so the only freedom XLA has (contracting them into an FMA or not)
+    does not include choosing which of two products to contract."""
     lse_total = jnp.logaddexp(lse_acc, lse_block)
-    out = (out_acc * _lse_weight(lse_acc, lse_total)
-           + out_block * _lse_weight(lse_block, lse_total))
-    return out, lse_total
+    weight = jnp.where(jnp.isneginf(lse_total), 0.0, jnp.exp(lse_block - lse_total))
+    weight = jnp.swapaxes(weight, 1, 2)[..., None]  # [B, H, S] -> [B, S, H, 1]
+    return out_acc + weight * (out_block - out_acc), lse_total
 
 
 def _ring_steps(config, k, v):
@@ -366,3 +364,41 @@ def block_work(seq: int, axis_size: int, layout: str, is_causal: bool = True):
     if layout == "contiguous":
         return [block * block / 2 + device * block * block for device in range(axis_size)]
     return [block * block / 2 + (axis_size - 1) * block * block / 2] * axis_size
+
+
+# ---- the ring on one device -------------------------------------------------------------------
+
+_SIMULATED_AXIS = "jax_dash_simulated_ring"
+
+
+def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, schedule="auto",
+             layout="contiguous"):
+    """``ring_attention`` over ``ring_size`` simulated devices on the current device: the same
+    code (block kernels, merges, transfers, summation order) under ``jax.vmap`` with a named axis
+    in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
+    ``[batch, seq, heads, head_dim]`` (already in the layout's token order, as ``shard_map`` would
+    get them); differentiable. For testing the ring's pieces on one GPU and for small CPU runs."""
+    if isinstance(ring_size, bool) or not isinstance(ring_size, (int, np.integer)) \
+            or ring_size < 1:
+        raise ValueError(f"ring_size must be a positive int, got {ring_size!r}")
+    ring_size = int(ring_size)
+    for x, name in ((query, "query"), (key, "key"), (value, "value")):
+        if jnp.ndim(x) != 4 or x.shape[1] % ring_size:
+            raise ValueError(f"{name} must be [batch, seq, heads, head_dim] with seq a multiple of "
+                             f"ring_size={ring_size}, got shape {tuple(jnp.shape(x))}")
+
+    def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
+        batch, seq = x.shape[:2]
+        blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])
+        return jnp.moveaxis(blocks, 1, 0)
+
+    def join(x):
+        x = jnp.moveaxis(x, 0, 1)
+        return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
+
+    def device(q, k, v):
+        return ring_attention(q, k, v, axis_name=_SIMULATED_AXIS, is_causal=is_causal,
+                              scale=scale, schedule=schedule, layout=layout)
+
+    blocks = jax.vmap(device, axis_name=_SIMULATED_AXIS)(split(query), split(key), split(value))
+    return join(blocks)

@@ -370,3 +370,32 @@ def test_docs_example_runs():
     example = text.split("## Example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert "ring_attention" in example and "assert" in example
     exec(compile(example, "docs/ring.md", "exec"), {})
+
+
+# ---- the ring simulated on one device ---------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_simulated_ring_gives_the_rings_bits(layout):
+    """ring.simulate (vmap over a named axis on one device) runs the ring's own code: jitted, it
+    gives the bits of the ring on 4 devices (the tests on one GPU rely on it)."""
+    args = random_inputs(15, 2, 64, 64, 4, 2, 16, jnp.float32)
+    placed = [ring.zigzag(x, 4) for x in args] if layout == "zigzag" else list(args)
+    real = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, layout)(*placed)
+
+    def simulated(q, k, v, dout):
+        fn = functools.partial(ring.simulate, ring_size=4, is_causal=True, layout=layout)
+        out, vjp = jax.vjp(fn, q, k, v)
+        return (out, *vjp(dout))
+
+    for a, b in zip(real, jax.jit(simulated)(*placed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_simulate_rejects_bad_input():
+    x = jnp.zeros((1, 30, 2, 16))
+    with pytest.raises(ValueError, match=re.escape(
+            "query must be [batch, seq, heads, head_dim] with seq a multiple of ring_size=4, got "
+            "shape (1, 30, 2, 16)")):
+        ring.simulate(x, x, x, 4)
+    with pytest.raises(ValueError, match=re.escape("ring_size must be a positive int, got 0")):
+        ring.simulate(x, x, x, 0)

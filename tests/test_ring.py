@@ -399,3 +399,25 @@ def test_simulate_rejects_bad_input():
         ring.simulate(x, x, x, 4)
     with pytest.raises(ValueError, match=re.escape("ring_size must be a positive int, got 0")):
         ring.simulate(x, x, x, 0)
+
+
+def test_bench_ring_dry_run(tmp_path):
+    """benchmarks/bench_ring.py --dry-run: the two-GPU script's whole path on 4 CPU devices."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "ring.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_ring.py"), "--dry-run",
+                           "--layouts", "zigzag", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["error"] is None and result["ring_size"] == 4 and result["layout"] == "zigzag"
+    assert result["repeats_not_bitwise"] == 0 and result["matches_one_device"]
+    assert set(result["relative_rms_diff"]) == {"out", "dq", "dk", "dv"}
+    assert "zigzag" in proc.stdout

@@ -76,7 +76,7 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
         raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
     axis_name = _check_axis_name(axis_name)
     axis_size = _bound_axis_size(axis_name)
-    check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
+    _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
 
     unbatched = query.ndim == 3
     if unbatched:
@@ -128,7 +128,7 @@ def _bound_axis_size(axis_name) -> int:
         ) from exc
 
 
-def check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
+def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
     """The ring's constraints on one device's blocks (ValueError naming the argument)."""
     if is_causal and seq_q != seq_kv:
         raise ValueError(

@@ -183,6 +183,24 @@ def test_zigzag_on_another_axis_round_trips():
     np.testing.assert_array_equal(ring.unzigzag(placed, 3, seq_axis=2), x)
 
 
+@pytest.mark.parametrize("ring_size", [2, 4, 8])
+def test_zigzag_gives_every_device_the_same_visible_pairs(ring_size):
+    """Counted from token positions: the (query, key) pairs a causal mask lets each device's
+    queries see are the same on every device under zigzag, not under contiguous placement."""
+    seq = 16 * ring_size
+    positions = {"contiguous": np.arange(seq),
+                 "zigzag": np.asarray(ring.zigzag(jnp.arange(seq)[None], ring_size)[0])}
+    visible = {}
+    for layout, placed in positions.items():
+        per_device = placed.reshape(ring_size, -1)  # device i's tokens, as shard_map splits them
+        visible[layout] = [int(np.sum(np.arange(seq)[None, :] <= tokens[:, None]))
+                           for tokens in per_device]
+    assert sum(visible["zigzag"]) == sum(visible["contiguous"]) == seq * (seq + 1) // 2
+    assert len(set(visible["zigzag"])) == 1
+    assert visible["contiguous"] == sorted(visible["contiguous"])
+    assert visible["contiguous"][-1] > visible["zigzag"][0] > visible["contiguous"][0]
+
+
 def test_block_work_balances_the_causal_ring():
     contiguous = ring.block_work(1024, 8, "contiguous")
     zigzag = ring.block_work(1024, 8, "zigzag")

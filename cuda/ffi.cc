@@ -51,7 +51,7 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
 
 static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                              ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                             ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule,
+                             ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule, bool f32_grads,
                              ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                              ffi::Result<ffi::AnyBuffer> dv,
                              ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
@@ -60,7 +60,7 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
-                                       &*workspace_i32, &p);
+                                       &*workspace_i32, &p, f32_grads);
       e.failure())
     return e;
   p.wave = kCpuWave;
@@ -98,6 +98,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Attr<bool>("is_causal")        // top-left causal mask
                                   .Attr<int32_t>("schedule")      // jax_dash::Schedule
+                                  .Attr<bool>("f32_grads")        // dq, dk, dv in float32
                                   .Ret<ffi::AnyBuffer>()          // dq
                                   .Ret<ffi::AnyBuffer>()          // dk
                                   .Ret<ffi::AnyBuffer>()          // dv

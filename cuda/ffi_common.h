@@ -106,6 +106,7 @@ inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer
   AttentionParams& P = *p;
   P = AttentionParams{};
   if (ffi::Error e = to_dtype(q.element_type(), &P.dtype); e.failure()) return e;
+  P.grad_dtype = P.dtype;
   if (k.element_type() != q.element_type() || v.element_type() != q.element_type())
     return ffi::Error::InvalidArgument(
         "jax_dash: query, key and value must have the same dtype, got " +
@@ -168,24 +169,32 @@ inline ffi::Error check_schedule(int32_t schedule, Schedule* out) {
 
 // Checks the backward's extra buffers against p's shapes and dtype and fills their pointers:
 // out, dout and dq have the query's shape and dtype, dk and dv the key's (describe_problem has
-// checked that the key's dtype is the query's).
+// checked that the key's dtype is the query's). With f32_grads, dq, dk and dv are float32 instead
+// (the ring's carried accumulators) and p->grad_dtype says so.
 inline ffi::Error describe_backward(const ffi::AnyBuffer& out, const ffi::Buffer<ffi::F32>& lse,
                                     const ffi::AnyBuffer& dout, ffi::AnyBuffer* dq,
                                     ffi::AnyBuffer* dk, ffi::AnyBuffer* dv,
                                     ffi::Buffer<ffi::F32>* workspace_f32,
-                                    ffi::Buffer<ffi::S32>* workspace_i32, AttentionParams* p) {
+                                    ffi::Buffer<ffi::S32>* workspace_i32, AttentionParams* p,
+                                    bool f32_grads = false) {
   const std::initializer_list<int64_t> q_dims = {p->batch, p->seq_q, p->num_heads, p->head_dim};
   const std::initializer_list<int64_t> kv_dims = {p->batch, p->seq_kv, p->num_kv_heads,
                                                   p->head_dim};
   const ffi::DataType dtype = to_ffi_type(p->dtype);
+  p->grad_dtype = f32_grads ? DType::kFloat32 : p->dtype;
+  const ffi::DataType grad_dtype = to_ffi_type(p->grad_dtype);
+  const char* grad_owner = f32_grads ? "float32 (f32_grads) and the query's" : "the query's";
+  const char* kv_grad_owner = f32_grads ? "float32 (f32_grads) and the key's" : "the key's";
   for (const auto& [name, buffer] : {std::pair<const char*, const ffi::AnyBuffer*>{"out", &out},
-                                     {"dout", &dout},
-                                     {"dq", dq}})
+                                     {"dout", &dout}})
     if (ffi::Error e = check_buffer(name, *buffer, q_dims, dtype, "the query's"); e.failure())
       return e;
+  if (ffi::Error e = check_buffer("dq", *dq, q_dims, grad_dtype, grad_owner); e.failure())
+    return e;
   for (const auto& [name, buffer] :
        {std::pair<const char*, const ffi::AnyBuffer*>{"dk", dk}, {"dv", dv}})
-    if (ffi::Error e = check_buffer(name, *buffer, kv_dims, dtype, "the key's"); e.failure())
+    if (ffi::Error e = check_buffer(name, *buffer, kv_dims, grad_dtype, kv_grad_owner);
+        e.failure())
       return e;
   if (!has_dims(lse.dimensions(), {p->batch, p->num_heads, p->seq_q}))
     return ffi::Error::InvalidArgument(

@@ -12,7 +12,7 @@ namespace jax_dash {
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // All tensors are contiguous, row-major:
-//   q, out, dout, dq : [batch, seq_q,  num_heads,    head_dim]
+//   q, out, dout, dq : [batch, seq_q,  num_heads,    head_dim]  (dq, dk, dv in grad_dtype)
 //   k, v, dk, dv     : [batch, seq_kv, num_kv_heads, head_dim]
 //   lse              : [batch, num_heads, seq_q]  (float32, natural log)
 struct AttentionParams {
@@ -23,6 +23,7 @@ struct AttentionParams {
   int32_t num_kv_heads;
   int32_t head_dim;
   DType dtype;
+  DType grad_dtype;  // dq, dk, dv: dtype, or float32 for the ring's carried accumulators
   // The softmax scale: a 0-d float32 operand of the FFI call, so a new scale is new data, not a
   // new executable. On the GPU a device pointer that kernels read (never the host: no sync); on
   // the CPU a host pointer.

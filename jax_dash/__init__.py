@@ -1,6 +1,8 @@
 """jax_dash: attention for JAX whose backward pass is bitwise reproducible (DASH schedules)."""
 
+from jax_dash import ring
 from jax_dash.attention import SCHEDULES, attention
+from jax_dash.ring import ring_attention
 
-__all__ = ["attention", "SCHEDULES"]
+__all__ = ["attention", "ring_attention", "ring", "SCHEDULES"]
 __version__ = "0.1.0"

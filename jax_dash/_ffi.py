@@ -1,7 +1,8 @@
 """Loads the native extension, registers its FFI targets, and wraps the raw ``ffi_call``\\ s.
 
 Inputs here are always 4-D; folding vmap axes and the missing batch axis happens above
-(``sharding.py``, ``attention.py``).
+(``sharding.py``, ``attention.py``). A raw call that is vmapped anyway (``ring.simulate`` maps the
+ring's devices) runs once per element (``vmap_method="sequential"``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ for _target, _platforms in _ext.registrations().items():
 
 built_with_cuda = _ext.built_with_cuda()
 CPU_WAVE = _ext.CPU_WAVE
+# Platforms (jax Device.platform) whose backward handler writes float32 gradients (f32_grads), which
+# the ring's backward needs; the Hopper handler answers Unimplemented for now.
+F32_GRADS_PLATFORMS = frozenset({"cpu"})
 
 
 def _result_type(shape, dtype, like):
@@ -85,27 +89,32 @@ def fwd_call(q, k, v, scale, is_causal: bool):
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
-    return jax.ffi.ffi_call("jax_dash_fwd", result_types)(q, k, v, scale,
-                                                         is_causal=bool(is_causal))
+    return jax.ffi.ffi_call("jax_dash_fwd", result_types, vmap_method="sequential")(
+        q, k, v, scale, is_causal=bool(is_causal))
 
 
-def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str):
+def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
+             f32_grads: bool = False):
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` as in
-    ``fwd_call``."""
+    ``fwd_call``.
+
+    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators; CPU only
+    for now: the GPU handler answers Unimplemented)."""
     q, k, v, out, lse, dout, scale = _unify_varying(q, k, v, out, lse, dout,
                                                     jnp.asarray(scale, jnp.float32))
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
         batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
+    grad_dtype = jnp.float32 if f32_grads else q.dtype
     result_types = (
-        _result_type(q.shape, q.dtype, q),
-        _result_type(k.shape, k.dtype, q),
-        _result_type(v.shape, v.dtype, q),
+        _result_type(q.shape, grad_dtype, q),
+        _result_type(k.shape, grad_dtype, q),
+        _result_type(v.shape, grad_dtype, q),
         _result_type((f32_size,), jnp.float32, q),
         _result_type((i32_size,), jnp.int32, q),
     )
-    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
+    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential")(
         q, k, v, out, lse, dout, scale, is_causal=bool(is_causal),
-        schedule=np.int32(SCHEDULE_IDS[schedule]))
+        schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads))
     return dq, dk, dv

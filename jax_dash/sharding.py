@@ -7,9 +7,12 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
   A vmapped ``scale`` (one per element) cannot share one call: the elements then run in turn.
 * ``custom_partitioning`` (GSPMD and Shardy): batch and heads shard with no communication. Heads
   shard only when the mesh axes divide ``num_kv_heads`` too, so every shard holds whole GQA groups;
-  otherwise heads are gathered. The sequence and head_dim axes are always gathered (replicated)
-  before the call: attention needs every key for every query, so an input sharded along the
-  sequence is all-gathered and the result is still exact.
+  otherwise heads are gathered. A query sharded along the sequence runs as a ring
+  (``jax_dash.ring``, contiguous layout) over the query's sequence mesh axes: key/value blocks
+  travel with ``collective-permute``, nothing is all-gathered. The ring needs both sequences to
+  divide evenly over those axes (and, causal, equal lengths) and, for now, CPU devices (the Hopper
+  backward does not write the float32 block gradients yet); otherwise the sequence is gathered
+  (replicated) before the call, which is exact too. head_dim is always replicated.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -29,8 +33,9 @@ from jax_dash import _ffi
 _FWD_RULE = "b s h d, b t k d, b t k d, -> b s h d, b h s"
 _BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d, "
              "-> b s h d, b t k d, b t k d")
-# Listed in order of first appearance in the rules, as Shardy requires.
-_REPLICATED_FACTORS = ("s", "d", "t")
+# Listed in order of first appearance in the rules, as Shardy requires. The sequences (s, t) may
+# arrive sharded: partition() runs a ring over them, or asks for them replicated.
+_REPLICATED_FACTORS = ("d",)
 # forward_op/backward_op are keyed by (is_causal[, schedule]) only: at most 2 * 5 entries.
 _OP_CACHE_SIZE = 16
 
@@ -50,26 +55,52 @@ def _spec_entry(sharding, dim):
     return spec[dim]
 
 
-def _plan(mesh, q_shape, k_shape, q_sharding):
-    """Mesh axes for (batch, heads), taken from the query's sharding; None = replicated."""
+def _plan(mesh, q_shape, k_shape, q_sharding, is_causal):
+    """Mesh axes for (batch, heads, sequence), taken from the query's sharding; None =
+    replicated. A sharded sequence means a ring over those axes."""
     batch_axes = _spec_entry(q_sharding, 0)
     head_axes = _spec_entry(q_sharding, 2)
+    seq_axes = _spec_entry(q_sharding, 1)
     if batch_axes is not None and q_shape[0] % _axes_size(mesh, batch_axes):
         batch_axes = None
     heads_split = _axes_size(mesh, head_axes)
     if head_axes is not None and (q_shape[2] % heads_split or k_shape[2] % heads_split):
         head_axes = None  # a shard must hold whole GQA groups
-    return batch_axes, head_axes
+    ring_size = _axes_size(mesh, seq_axes)
+    if seq_axes is not None and (ring_size == 1 or q_shape[1] % ring_size
+                                 or k_shape[1] % ring_size
+                                 or (is_causal and q_shape[1] != k_shape[1])
+                                 or not _ring_runs_on(mesh)):
+        seq_axes = None  # no even ring: gather the sequence
+    return batch_axes, head_axes, seq_axes
 
 
-def _seq_spec(mesh, batch_axes, head_axes):
+def _ring_runs_on(mesh) -> bool:
+    """Whether the ring's backward (float32 block gradients) exists on the mesh's devices; where it
+    does not yet (the Hopper kernels), a sharded sequence is gathered as before."""
+    try:
+        device = np.asarray(mesh.devices).flat[0]
+    except (AttributeError, IndexError, TypeError, ValueError):  # an abstract mesh: no devices
+        return False
+    return getattr(device, "platform", None) in _ffi.F32_GRADS_PLATFORMS
+
+
+def _seq_spec(mesh, batch_axes, head_axes, seq_axes):
     """[B, S, H, D] arrays."""
-    return NamedSharding(mesh, PartitionSpec(batch_axes, None, head_axes, None))
+    return NamedSharding(mesh, PartitionSpec(batch_axes, seq_axes, head_axes, None))
 
 
-def _lse_spec(mesh, batch_axes, head_axes):
+def _lse_spec(mesh, batch_axes, head_axes, seq_axes):
     """[B, H, S] arrays."""
-    return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, None))
+    return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, seq_axes))
+
+
+def _ring_config(mesh, seq_axes, is_causal, schedule):
+    """The ring over the sequence's mesh axes, or None where the sequence is not sharded."""
+    if seq_axes is None:
+        return None
+    from jax_dash import ring  # ring imports the op's validation, which imports this module
+    return ring.RingConfig(seq_axes, _axes_size(mesh, seq_axes), is_causal, schedule, "contiguous")
 
 
 def _replicated(mesh):
@@ -119,17 +150,21 @@ def forward_op(is_causal: bool):
         return _ffi.fwd_call(q, k, v, scale, is_causal)
 
     def infer(mesh, arg_shapes, result_shape):
-        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
-                                      arg_shapes[0].sharding)
-        return (_seq_spec(mesh, batch_axes, head_axes), _lse_spec(mesh, batch_axes, head_axes))
+        axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
+                     is_causal)
+        return (_seq_spec(mesh, *axes), _lse_spec(mesh, *axes))
 
     def partition(mesh, arg_shapes, result_shape):
-        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
-                                      arg_shapes[0].sharding)
-        seq = _seq_spec(mesh, batch_axes, head_axes)
-        outs = (seq, _lse_spec(mesh, batch_axes, head_axes))
+        axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
+                     is_causal)
+        seq = _seq_spec(mesh, *axes)
+        outs = (seq, _lse_spec(mesh, *axes))
+        ring_config = _ring_config(mesh, axes[2], is_causal, "auto")
 
         def lower(q, k, v, scale):
+            if ring_config is not None:
+                from jax_dash import ring
+                return ring.ring_forward(q, k, v, scale, ring_config)
             return _ffi.fwd_call(q, k, v, scale, is_causal)
 
         return mesh, lower, outs, (seq, seq, seq, _replicated(mesh))
@@ -158,18 +193,22 @@ def backward_op(is_causal: bool, schedule: str):
         return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule)
 
     def infer(mesh, arg_shapes, result_shape):
-        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
-                                      arg_shapes[0].sharding)
-        seq = _seq_spec(mesh, batch_axes, head_axes)
+        axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
+                     is_causal)
+        seq = _seq_spec(mesh, *axes)
         return (seq, seq, seq)
 
     def partition(mesh, arg_shapes, result_shape):
-        batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
-                                      arg_shapes[0].sharding)
-        seq = _seq_spec(mesh, batch_axes, head_axes)
-        lse = _lse_spec(mesh, batch_axes, head_axes)
+        axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
+                     is_causal)
+        seq = _seq_spec(mesh, *axes)
+        lse = _lse_spec(mesh, *axes)
+        ring_config = _ring_config(mesh, axes[2], is_causal, schedule)
 
         def lower(q, k, v, out, lse_, dout, scale):
+            if ring_config is not None:
+                from jax_dash import ring
+                return ring.ring_backward(q, k, v, out, lse_, dout, scale, ring_config)
             return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule)
 
         return (mesh, lower, (seq, seq, seq),

@@ -18,7 +18,7 @@ Q_SHAPE, KV_SHAPE, LSE_SHAPE = (B, SQ, H, D), (B, SK, HKV, D), (B, H, SQ)
 
 
 def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, lse=LSE_SHAPE,
-         schedule=1, key_dtype=None):
+         schedule=1, key_dtype=None, f32_grads=False):
     """Raw backward call; each buffer override is a dtype (or, for lse, a shape)."""
     q = jnp.ones(Q_SHAPE, dtype)
     k = jnp.ones(KV_SHAPE, key_dtype or dtype)
@@ -27,14 +27,15 @@ def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, 
     dout_ = jnp.ones(Q_SHAPE, dout or dtype)
     lse_ = jnp.zeros(lse, jnp.float32)
     f32_size, i32_size = _ffi._ext.bwd_workspace_size(B, SQ, SK, H, HKV, D)
-    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, dq or dtype),
-                    jax.ShapeDtypeStruct(KV_SHAPE, dk or dtype),
-                    jax.ShapeDtypeStruct(KV_SHAPE, dv or dtype),
+    grad_dtype = jnp.float32 if f32_grads else dtype
+    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, dq or grad_dtype),
+                    jax.ShapeDtypeStruct(KV_SHAPE, dk or grad_dtype),
+                    jax.ShapeDtypeStruct(KV_SHAPE, dv or grad_dtype),
                     jax.ShapeDtypeStruct((f32_size,), jnp.float32),
                     jax.ShapeDtypeStruct((i32_size,), jnp.int32))
     results = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
         q, k, v, out_, lse_, dout_, jnp.asarray(0.5, jnp.float32), is_causal=True,
-        schedule=np.int32(schedule))
+        schedule=np.int32(schedule), f32_grads=bool(f32_grads))
     return jax.block_until_ready(results)
 
 
@@ -68,6 +69,25 @@ def test_backward_buffer_with_wrong_dtype(buffer, owner, dtype, wrong):
     with pytest.raises(jax.errors.JaxRuntimeError,
                        match=re.escape("INVALID_ARGUMENT: jax_dash: " + expected)):
         _bwd(dtype, **{buffer: wrong})
+
+
+def test_f32_grads_writes_float32_gradients_with_the_same_values():
+    """f32_grads (the ring's carried accumulators) writes the unrounded gradients: rounding them
+    to bfloat16 gives exactly the bfloat16 call's results."""
+    low = _bwd(jnp.bfloat16)[:3]
+    wide = _bwd(jnp.bfloat16, f32_grads=True)[:3]
+    for name, a, b in zip(("dq", "dk", "dv"), low, wide):
+        assert b.dtype == jnp.float32, name
+        assert np.array_equal(np.asarray(b.astype(jnp.bfloat16), np.float32),
+                              np.asarray(a, np.float32)), name
+
+
+@pytest.mark.parametrize("buffer, owner", [("dq", "query"), ("dk", "key"), ("dv", "key")])
+def test_f32_grads_with_a_gradient_in_the_input_dtype(buffer, owner):
+    expected = (f"{buffer} has dtype bfloat16, expected float32 (f32_grads) and the {owner}'s "
+                "dtype float32")
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(expected)):
+        _bwd(jnp.bfloat16, f32_grads=True, **{buffer: jnp.bfloat16})
 
 
 def test_forward_out_with_wrong_dtype():

@@ -334,8 +334,8 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   for (int64_t c = 0; c < cols; ++c) {
     const int64_t start = L.kv_index(b, col0 + c, kvh);
     for (int64_t d = 0; d < D; ++d) {
-      store_element(p.dk, start + d, p.dtype, dk[c * D + d] * scale);
-      store_element(p.dv, start + d, p.dtype, dv[c * D + d]);
+      store_element(p.dk, start + d, p.grad_dtype, dk[c * D + d] * scale);
+      store_element(p.dv, start + d, p.grad_dtype, dv[c * D + d]);
     }
   }
 }
@@ -389,7 +389,7 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t start = L.q_index(b, m * block_m + r, h);
     for (int64_t d = 0; d < D; ++d)
-      store_element(p.dq, start + d, p.dtype, dq_accum[r * D + d] * scale);
+      store_element(p.dq, start + d, p.grad_dtype, dq_accum[r * D + d] * scale);
   }
 }
 

@@ -119,11 +119,18 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule, bool f32_grads,
                    ffi::Result<ffi::AnyBuffer> dq,
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  if (f32_grads) {
+    // The ring's float32 dq/dk/dv (jax_dash.ring_attention's carried accumulators) are a CPU
+    // feature for now; the Hopper postprocess still writes the query's dtype.
+    return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                      "jax_dash: f32_grads (float32 dq/dk/dv for ring attention's backward) is "
+                      "not yet implemented on the GPU; run the ring on the CPU for now");
+  }
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -199,6 +206,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
                                   .Attr<bool>("is_causal")                   // is_causal
                                   .Attr<int32_t>("schedule")                 // schedule
+                                  .Attr<bool>("f32_grads")                   // dq/dk/dv float32
                                   .Ret<ffi::AnyBuffer>()                     // dq
                                   .Ret<ffi::AnyBuffer>()                     // dk
                                   .Ret<ffi::AnyBuffer>()                     // dv

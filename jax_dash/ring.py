@@ -1,0 +1,418 @@
+"""Context parallelism: deterministic ring attention over a sequence-sharded mesh axis.
+
+Each of the P devices on the ring axis holds one block of the sequence of the query, the key and
+the value. The key/value blocks travel around the ring with ``ppermute`` (device ``i`` sends to
+``i + 1``), so at step ``t`` device ``i`` holds the block that started on device ``i - t``. Every
+step computes one block pair with the single-device kernels (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
+
+* forward: each block's output and log-sum-exp are merged into a float32 running output and lse,
+  step 0 (the device's own, diagonal block) first, then the steps in ring order;
+* backward: given the *global* output and lse, the backward of one block pair yields exactly that
+  pair's dQ, dK and dV contributions (float32, ``f32_grads``). dQ is summed on the device in step
+  order; dK and dV accumulators (float32) travel with their key/value block around the ring and
+  come home after P steps, having summed the contributions of devices ``j, j+1, ..., j-1`` in that
+  order. Every sum has a fixed order, so the gradients are bitwise identical run to run.
+
+The next block's ``ppermute`` is issued before the current block is computed, so XLA can overlap
+the transfer with the kernel.
+
+Causal masks use global positions. With ``layout="contiguous"`` device ``i`` holds tokens
+``[i*L, (i+1)*L)``: step 0 uses the causal kernel, a block from an earlier device the full kernel,
+and a block from a later device is skipped (``lax.cond`` on the device index), so device ``P-1``
+computes P blocks and device 0 one. ``layout="zigzag"`` balances this: the sequence is cut into 2P
+chunks and device ``i`` holds chunks ``i`` and ``2P-1-i`` (``zigzag`` / ``unzigzag`` reorder a
+global array into and out of that placement); every step after the first is then half a block pair
+of full-mask work on every device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_dash import _ffi
+from jax_dash.attention import (SCHEDULES, _as_array, _auto_schedule, _check_dtypes, _check_scale,
+                                _check_shapes)
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None, schedule="auto",
+                   layout="contiguous"):
+    """``jax_dash.attention`` of a sequence sharded over the mesh axis ``axis_name``, for use
+    inside ``shard_map``; gradients are bitwise reproducible.
+
+    Args:
+      query: this device's block ``[batch, seq_q / P, num_heads, head_dim]`` (or without batch).
+      key, value: this device's blocks ``[batch, seq_kv / P, num_kv_heads, head_dim]``.
+      axis_name: the mesh axis (or tuple of axes) the sequence is sharded over; the ring has
+        ``P = axis_size(axis_name)`` devices and device ``i`` holds block ``i``.
+      is_causal: top-left causal mask over *global* positions; needs ``seq_q == seq_kv``.
+      scale: softmax scale, default ``1 / sqrt(head_dim)``.
+      schedule: the backward schedule of every block pair (``jax_dash.SCHEDULES``); ``"auto"``
+        picks what ``jax_dash.attention`` picks for the global (unsharded) problem.
+      layout: ``"contiguous"`` (device ``i`` holds tokens ``[i*L, (i+1)*L)``) or ``"zigzag"``
+        (device ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``; see ``zigzag``). Only the causal
+        mask depends on it.
+
+    Returns:
+      This device's block of the output, shaped and typed like ``query``.
+    """
+    query, key, value = (_as_array(x, name) for x, name in
+                         ((query, "query"), (key, "key"), (value, "value")))
+    _check_shapes(query, key, value)
+    _check_dtypes(query, key, value)
+    scale = _check_scale(scale, query.shape[-1],
+                         allowed="a Python number (ring_attention takes no traced scale)")
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a Python bool, got {is_causal!r} "
+                        f"(type {type(is_causal).__name__})")
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+    axis_name = _check_axis_name(axis_name)
+    axis_size = _bound_axis_size(axis_name)
+    _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
+
+    unbatched = query.ndim == 3
+    if unbatched:
+        query, key, value = query[None], key[None], value[None]
+    if schedule == "auto":
+        # Chosen from the global problem, as jit(attention) on sharded inputs chooses it, so the
+        # two paths to the ring give the same bits.
+        # A name, or ((platform, name), ...) when the choice depends on the platform.
+        schedule = _auto_schedule(
+            jax.ShapeDtypeStruct(_global_shape(query.shape, axis_size), query.dtype),
+            jax.ShapeDtypeStruct(_global_shape(key.shape, axis_size), key.dtype), bool(is_causal))
+    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout)
+    out = _ring(query, key, value, float(scale), config)
+    return out[0] if unbatched else out
+
+
+@dataclasses.dataclass(frozen=True)
+class RingConfig:
+    """Everything about a ring call that is not an array (hashable: a custom_vjp static)."""
+    axis_name: str | tuple[str, ...]
+    axis_size: int
+    is_causal: bool
+    schedule: str | tuple  # a name, or ((platform, name), ...): "auto" chose per platform
+    layout: str
+
+
+def _global_shape(block_shape, axis_size):
+    batch, seq, heads, head_dim = block_shape
+    return (batch, seq * axis_size, heads, head_dim)
+
+
+def _check_axis_name(axis_name):
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    if axis_name is None or not names or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"axis_name must name the mesh axis the sequence is sharded over (a str, or a tuple "
+            f"of str), got {axis_name!r}; call ring_attention inside shard_map, e.g. "
+            "ring_attention(q, k, v, axis_name='seq')")
+    return axis_name
+
+
+def _bound_axis_size(axis_name) -> int:
+    try:
+        return int(jax.lax.axis_size(axis_name))
+    except NameError as exc:
+        raise ValueError(
+            f"axis_name={axis_name!r} is not bound here: ring_attention must run inside shard_map "
+            "(or another map) over a mesh that has that axis, with the sequence sharded over it, "
+            "e.g. shard_map(f, mesh=mesh, in_specs=P(None, 'seq'), out_specs=P(None, 'seq'))"
+        ) from exc
+
+
+def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
+    """The ring's constraints on one device's blocks (ValueError naming the argument)."""
+    if is_causal and seq_q != seq_kv:
+        raise ValueError(
+            f"key has {seq_kv} tokens per device but query has {seq_q}: with is_causal=True the "
+            "ring needs query and key blocks of the same length (the causal mask compares global "
+            "positions block by block); shard equal-length sequences")
+    if layout == "zigzag" and is_causal and seq_q % 2:
+        raise ValueError(
+            f"layout='zigzag' puts two equal chunks on each device, so the per-device sequence "
+            f"must be even, got query with {seq_q} tokens per device (the global sequence must be "
+            "a multiple of 2 * axis_size)")
+
+
+# ---- the custom_vjp ---------------------------------------------------------------------------
+
+# ``scale`` is a Python float here (ring_attention's); the jit path's partitioning rule calls
+# ring_forward/ring_backward with the op's 0-d scale operand instead.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _ring(q, k, v, scale, config):
+    return ring_forward(q, k, v, scale, config)[0]
+
+
+def _ring_fwd(q, k, v, scale, config):
+    out, lse = ring_forward(q, k, v, scale, config)
+    return out, (q, k, v, out, lse)
+
+
+def _ring_bwd(scale, config, residuals, dout):
+    q, k, v, out, lse = residuals
+    return ring_backward(q, k, v, out, lse, dout.astype(out.dtype), scale, config)
+
+
+_ring.defvjp(_ring_fwd, _ring_bwd)
+
+
+# ---- pieces -----------------------------------------------------------------------------------
+
+def _schedule_for(config, q_block, k_block, is_causal):
+    if config.schedule != "auto":
+        return config.schedule
+    return _auto_schedule(q_block, k_block, is_causal)
+
+
+def _send(config, *arrays):
+    """Every array moves one device along the ring (device i -> i + 1)."""
+    n = config.axis_size
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return tuple(jax.lax.ppermute(x, config.axis_name, perm) for x in arrays)
+
+
+def _block_forward(config, scale, q, k, v, is_causal):
+    out, lse = _ffi.fwd_call(q, k, v, scale, is_causal)
+    return out.astype(jnp.float32), lse
+
+
+def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal):
+    """One block pair's float32 (dq, dk, dv) contributions, given the global out and lse. A
+    per-platform schedule choice runs the branch of the platform the computation lowers for."""
+    schedule = _schedule_for(config, q, k, is_causal)
+
+    def call(name):
+        return lambda *args: _ffi.bwd_call(*args, is_causal, name, f32_grads=True)
+
+    args = (q, k, v, out, lse, dout, scale)
+    if isinstance(schedule, str):
+        return call(schedule)(*args)
+    return jax.lax.platform_dependent(*args, **{platform: call(name) for platform, name in schedule})
+
+
+def merge(out_acc, lse_acc, out_block, lse_block):
+    """The softmax-weighted combination of two partial attentions over disjoint key sets
+    (float32 out [B, S, H, D], lse [B, H, S]); a side with lse = -inf contributes nothing.
+
+    Written as ``out_acc + w * (out_block - out_acc)`` with ``w = exp(lse_block - lse_total)``:
+    one product and one sum, so the only freedom XLA has (contracting them into an FMA or not)
+    does not include choosing which of two products to contract."""
+    lse_total = jnp.logaddexp(lse_acc, lse_block)
+    weight = jnp.where(jnp.isneginf(lse_total), 0.0, jnp.exp(lse_block - lse_total))
+    weight = jnp.swapaxes(weight, 1, 2)[..., None]  # [B, H, S] -> [B, S, H, 1]
+    return out_acc + weight * (out_block - out_acc), lse_total
+
+
+def _ring_steps(config, k, v):
+    """Yields ``(step, (k_block, v_block))`` for steps 0..P-1. The transfer of the next step's
+    block is issued before the current step is yielded (computed), so XLA can run the two
+    concurrently while at most two blocks are alive."""
+    blocks = (k, v)
+    for step in range(config.axis_size):
+        following = _send(config, *blocks) if step + 1 < config.axis_size else None
+        yield step, blocks
+        blocks = following
+
+
+def ring_forward(q, k, v, scale, config):
+    """This device's ``(out, lse)`` (out in q's dtype, lse float32 over the global keys);
+    ``scale`` a number or a 0-d float32 array."""
+    n = config.axis_size
+    causal = config.is_causal
+    device = jax.lax.axis_index(config.axis_name) if causal and n > 1 else None
+    half = q.shape[1] // 2
+
+    out = lse = None
+    for step, (kb, vb) in _ring_steps(config, k, v):
+        if step == 0:  # the device's own (diagonal) block
+            out, lse = _block_forward(config, scale, q, kb, vb, causal)
+        elif not causal:
+            out, lse = merge(out, lse, *_block_forward(config, scale, q, kb, vb, False))
+        elif config.layout == "contiguous":
+            def visible(out, lse, kb=kb, vb=vb):
+                return merge(out, lse, *_block_forward(config, scale, q, kb, vb, False))
+
+            # The block came from device - step: visible iff that is not after this device.
+            out, lse = jax.lax.cond(step <= device, visible, lambda o, s: (o, s), out, lse)
+        else:
+            def earlier(out, lse, kb=kb, vb=vb):
+                # An earlier device's first chunk is before both of ours, its second after both.
+                return merge(out, lse, *_block_forward(config, scale, q, kb[:, :half], vb[:, :half],
+                                                       False))
+
+            def later(out, lse, kb=kb, vb=vb):
+                # A later device's chunks are both after our first chunk and before our second.
+                upper, upper_lse = merge(out[:, half:], lse[..., half:],
+                                         *_block_forward(config, scale, q[:, half:], kb, vb, False))
+                return (jnp.concatenate([out[:, :half], upper], axis=1),
+                        jnp.concatenate([lse[..., :half], upper_lse], axis=-1))
+
+            source = (device - step) % n
+            out, lse = jax.lax.cond(source < device, earlier, later, out, lse)
+    return out.astype(q.dtype), lse
+
+
+def _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout):
+    """float32 (dq, dk, dv) contributions of the block pair of ``step`` > 0 (zeros where the mask
+    hides the block). They do not depend on the incoming dK/dV accumulators, so the accumulators'
+    transfer can overlap with the kernel; the sums happen after."""
+    n = config.axis_size
+    if not config.is_causal:
+        return _block_backward(config, scale, q, kb, vb, out, lse, dout, False)
+    if config.layout == "contiguous":
+        def visible():
+            return _block_backward(config, scale, q, kb, vb, out, lse, dout, False)
+
+        def hidden():
+            zeros = (jnp.zeros(q.shape, jnp.float32), jnp.zeros(kb.shape, jnp.float32),
+                     jnp.zeros(vb.shape, jnp.float32))
+            return _ffi._unify_varying(q, *zeros)[1:]  # typed like the kernel's results
+
+        return _cond(step <= device, visible, hidden)
+    half = q.shape[1] // 2
+
+    def earlier():
+        # Both our chunks see the first chunk of an earlier device, neither sees its second.
+        dq_b, dk_b, dv_b = _block_backward(config, scale, q, kb[:, :half], vb[:, :half], out, lse,
+                                           dout, False)
+        return dq_b, _pad_seq(dk_b, 0, half), _pad_seq(dv_b, 0, half)
+
+    def later():
+        # Only our second chunk sees a later device's chunks, and it sees both.
+        dq_b, dk_b, dv_b = _block_backward(config, scale, q[:, half:], kb, vb, out[:, half:],
+                                           lse[..., half:], dout[:, half:], False)
+        return _pad_seq(dq_b, half, 0), dk_b, dv_b
+
+    return _cond((device - step) % n < device, earlier, later)
+
+
+def _cond(predicate, if_true, if_false):
+    return jax.lax.cond(predicate, lambda _: if_true(), lambda _: if_false(), None)
+
+
+def _pad_seq(x, before, after):
+    """x with zero rows before/after on the sequence axis (axis 1)."""
+    return jnp.pad(x, ((0, 0), (before, after), (0, 0), (0, 0)))
+
+
+def ring_backward(q, k, v, out, lse, dout, scale, config):
+    """This device's ``(dq, dk, dv)`` (dtypes of q and k), each summed in a fixed order: dq over
+    the steps in order, a block's dk/dv over the devices from its home onwards."""
+    n = config.axis_size
+    device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
+
+    dq = dk = dv = None
+    for step, (kb, vb) in _ring_steps(config, k, v):
+        if step == 0:  # the device's own (diagonal) block starts the sums
+            dq, dk, dv = _block_backward(config, scale, q, kb, vb, out, lse, dout, config.is_causal)
+            continue
+        dq_b, dk_b, dv_b = _step_contributions(config, scale, step, device, q, kb, vb, out, lse,
+                                                dout)
+        # dK/dV travel with their block: what arrives here belongs to the block now held.
+        dk, dv = _send(config, dk, dv)
+        dq, dk, dv = dq + dq_b, dk + dk_b, dv + dv_b
+    if n > 1:
+        dk, dv = _send(config, dk, dv)  # the last hop home
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+# ---- zigzag placement -------------------------------------------------------------------------
+
+def _zigzag_order(axis_size):
+    """Chunk order of the zigzag placement: device i holds chunks i and 2P-1-i."""
+    return np.array([c for i in range(axis_size) for c in (i, 2 * axis_size - 1 - i)])
+
+
+def _reorder_chunks(x, axis_size, seq_axis, order, name):
+    if isinstance(axis_size, bool) or not isinstance(axis_size, (int, np.integer)) \
+            or axis_size < 1:
+        raise ValueError(f"axis_size must be a positive int (the ring's device count), got "
+                         f"{axis_size!r}")
+    x = jnp.asarray(x)
+    if not isinstance(seq_axis, (int, np.integer)) or not -x.ndim <= seq_axis < x.ndim:
+        raise ValueError(f"seq_axis={seq_axis!r} is not an axis of {name} with shape "
+                         f"{tuple(x.shape)}")
+    seq_axis = int(seq_axis) % x.ndim
+    chunks = 2 * int(axis_size)
+    seq = x.shape[seq_axis]
+    if seq % chunks:
+        raise ValueError(
+            f"{name} has {seq} tokens on axis {seq_axis}, not a multiple of 2 * axis_size = "
+            f"{chunks}: the zigzag placement cuts the sequence into 2 * axis_size equal chunks")
+    split = x.reshape(x.shape[:seq_axis] + (chunks, seq // chunks) + x.shape[seq_axis + 1:])
+    return jnp.take(split, order, axis=seq_axis).reshape(x.shape)
+
+
+def zigzag(x, axis_size, seq_axis=1):
+    """Reorders the tokens of ``x`` (a global array) into the zigzag placement: the sequence is cut
+    into ``2 * axis_size`` chunks and laid out as chunks ``0, 2P-1, 1, 2P-2, ...``, so that
+    sharding the result evenly over ``axis_size`` devices gives device ``i`` chunks ``i`` and
+    ``2P-1-i``. Use with ``ring_attention(..., layout="zigzag")``; ``unzigzag`` undoes it."""
+    return _reorder_chunks(x, axis_size, seq_axis, _zigzag_order(axis_size), "x")
+
+
+def unzigzag(x, axis_size, seq_axis=1):
+    """The inverse of ``zigzag``: tokens back in sequence order."""
+    return _reorder_chunks(x, axis_size, seq_axis, np.argsort(_zigzag_order(axis_size)), "x")
+
+
+def block_work(seq: int, axis_size: int, layout: str, is_causal: bool = True):
+    """Per device, the (query, key) pairs its kernels compute over a whole ring pass (masked
+    pairs inside computed tiles counted, as the kernels touch them at tile granularity: a causal
+    diagonal block counts as half). The load-balance model of docs/ring.md."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+    block = seq // axis_size
+    if not is_causal:
+        return [axis_size * block * block] * axis_size
+    if layout == "contiguous":
+        return [block * block / 2 + device * block * block for device in range(axis_size)]
+    return [block * block / 2 + (axis_size - 1) * block * block / 2] * axis_size
+
+
+# ---- the ring on one device -------------------------------------------------------------------
+
+_SIMULATED_AXIS = "jax_dash_simulated_ring"
+
+
+def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, schedule="auto",
+             layout="contiguous"):
+    """``ring_attention`` over ``ring_size`` simulated devices on the current device: the same
+    code (block kernels, merges, transfers, summation order) under ``jax.vmap`` with a named axis
+    in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
+    ``[batch, seq, heads, head_dim]`` (already in the layout's token order, as ``shard_map`` would
+    get them); differentiable. For testing the ring's pieces on one GPU and for small CPU runs."""
+    if isinstance(ring_size, bool) or not isinstance(ring_size, (int, np.integer)) \
+            or ring_size < 1:
+        raise ValueError(f"ring_size must be a positive int, got {ring_size!r}")
+    ring_size = int(ring_size)
+    for x, name in ((query, "query"), (key, "key"), (value, "value")):
+        if jnp.ndim(x) != 4 or x.shape[1] % ring_size:
+            raise ValueError(f"{name} must be [batch, seq, heads, head_dim] with seq a multiple of "
+                             f"ring_size={ring_size}, got shape {tuple(jnp.shape(x))}")
+
+    def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
+        batch, seq = x.shape[:2]
+        blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])
+        return jnp.moveaxis(blocks, 1, 0)
+
+    def join(x):
+        x = jnp.moveaxis(x, 0, 1)
+        return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
+
+    def device(q, k, v):
+        return ring_attention(q, k, v, axis_name=_SIMULATED_AXIS, is_causal=is_causal,
+                              scale=scale, schedule=schedule, layout=layout)
+
+    blocks = jax.vmap(device, axis_name=_SIMULATED_AXIS)(split(query), split(key), split(value))
+    return join(blocks)

@@ -1,0 +1,441 @@
+"""jax_dash.ring_attention (context parallelism) on 8 virtual CPU devices: forward and gradients
+against the single-device op, contiguous and zigzag layouts, 1-D and 2-D meshes, run-to-run bits,
+the compiled communication, and bad input."""
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, PartitionSpec as P
+
+import jax_dash
+from jax_dash import ring
+from helpers import assert_close_to_reference, random_inputs, references
+
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (float32): conftest.py
+
+FP32_ATOL = 2e-5  # the ring merges per-block results: equal to the single op up to fp32 rounding
+
+
+def shard_map(f, mesh, in_specs, out_specs):
+    try:
+        from jax import shard_map as _shard_map
+    except ImportError:  # jax < 0.7
+        from jax.experimental.shard_map import shard_map as _shard_map
+    return _shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+
+
+def _mesh(shape, names):
+    count = int(np.prod(shape))
+    return Mesh(np.array(jax.devices("cpu")[:count]).reshape(shape), names)
+
+
+@functools.lru_cache(maxsize=None)
+def _ring_vjp(mesh_shape, mesh_names, spec, axis_name, is_causal, layout, schedule="auto"):
+    """jit(shard_map) of (q, k, v, dout) -> (out, dq, dk, dv) through ring_attention."""
+    mesh = _mesh(mesh_shape, mesh_names)
+
+    def run(q, k, v, dout):
+        fn = functools.partial(jax_dash.ring_attention, axis_name=axis_name, is_causal=is_causal,
+                               layout=layout, schedule=schedule)
+        out, vjp = jax.vjp(fn, q, k, v)
+        return (out, *vjp(dout))
+
+    return jax.jit(shard_map(run, mesh, (spec,) * 4, (spec,) * 4))
+
+
+@functools.lru_cache(maxsize=None)
+def _single_vjp(is_causal, schedule="auto"):
+    def run(q, k, v, dout):
+        fn = functools.partial(jax_dash.attention, is_causal=is_causal, schedule=schedule)
+        out, vjp = jax.vjp(fn, q, k, v)
+        return (out, *vjp(dout))
+
+    return jax.jit(run)
+
+
+def _run_ring(fn, args, layout, ring_size):
+    """Runs fn on args placed for the layout, results back in sequence order."""
+    if layout == "zigzag":
+        args = [ring.zigzag(x, ring_size) for x in args]
+    results = fn(*args)
+    if layout == "zigzag":
+        results = [ring.unzigzag(x, ring_size) for x in results]
+    return results
+
+
+def _assert_close(actual, expected, atol=FP32_ATOL):
+    for name, a, b in zip(("out", "dq", "dk", "dv"), actual, expected):
+        assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, a.dtype, b.dtype)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=atol, err_msg=name)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("num_kv_heads", [2, 1])  # GQA, MQA (MHA: test_ring_over_two_mesh_axes)
+def test_matches_single_device_op(layout, is_causal, num_kv_heads):
+    args = random_inputs(0, 2, 64, 64, 4, num_kv_heads, 32, jnp.float32)
+    fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", is_causal, layout)
+    ours = _run_ring(fn, args, layout, 4)
+    _assert_close(ours, _single_vjp(is_causal)(*args))
+
+
+@pytest.mark.parametrize("ring_size", [2, 8])
+def test_other_ring_sizes(ring_size):
+    args = random_inputs(1, 1, 64, 64, 2, 1, 16, jnp.float32)
+    fn = _ring_vjp((ring_size,), ("seq",), P(None, "seq"), "seq", True, "zigzag")
+    _assert_close(_run_ring(fn, args, "zigzag", ring_size), _single_vjp(True)(*args))
+
+
+def test_full_mask_with_longer_keys():
+    # Without a mask the query and key blocks may differ in length.
+    args = list(random_inputs(2, 2, 32, 64, 4, 2, 16, jnp.float32))
+    fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", False, "contiguous")
+    _assert_close(fn(*args), _single_vjp(False)(*args))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_2d_mesh_batch_by_sequence(layout):
+    args = random_inputs(3, 4, 64, 64, 4, 2, 16, jnp.float32)
+    fn = _ring_vjp((2, 4), ("data", "seq"), P("data", "seq"), "seq", True, layout)
+    _assert_close(_run_ring(fn, args, layout, 4), _single_vjp(True)(*args))
+
+
+def test_ring_over_two_mesh_axes():
+    # axis_name may be a tuple: the ring runs over the 2 x 4 = 8 devices of both axes.
+    args = random_inputs(4, 1, 64, 64, 2, 2, 16, jnp.float32)
+    fn = _ring_vjp((2, 4), ("a", "b"), P(None, ("a", "b")), ("a", "b"), True, "contiguous")
+    _assert_close(fn(*args), _single_vjp(True)(*args))
+
+
+def test_unbatched_inputs():
+    q, k, v, dout = (x[0] for x in random_inputs(5, 1, 32, 32, 2, 1, 16, jnp.float32))
+    mesh = _mesh((4,), ("seq",))
+    spec = P("seq")
+    fn = jax.jit(shard_map(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq",
+                                                                   is_causal=True),
+                           mesh, (spec,) * 3, spec))
+    expected = jax_dash.attention(q, k, v, is_causal=True)
+    np.testing.assert_allclose(fn(q, k, v), expected, rtol=0, atol=FP32_ATOL)
+
+
+@pytest.mark.parametrize("layout, is_causal", [("contiguous", False), ("zigzag", True)])
+def test_bfloat16_close_to_reference(layout, is_causal):
+    """bf16: the ring meets the accuracy criterion the single-device op meets (DESIGN.md)."""
+    q, k, v, dout = random_inputs(6, 2, 64, 64, 4, 2, 32, jnp.bfloat16)
+    fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", is_causal, layout)
+    ours = _run_ring(fn, (q, k, v, dout), layout, 4)
+    refs, naive = references(q, k, v, dout, is_causal=is_causal)
+    for name, a, r, n in zip(("out", "dq", "dk", "dv"), ours, refs, naive):
+        assert a.dtype == jnp.bfloat16, name
+        assert_close_to_reference(name, a, r, n, atol=1e-2)
+
+
+@pytest.mark.parametrize("layout, schedule", [("contiguous", "descending"),
+                                              ("zigzag", "symmetric_shift"), ("zigzag", "shift")])
+def test_repeated_runs_are_bitwise_identical(layout, schedule):
+    args = random_inputs(7, 2, 64, 64, 4, 2, 16, jnp.bfloat16)
+    fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, layout, schedule)
+    first = _run_ring(fn, args, layout, 4)
+    # Runs 2 and 3: the same executable, then a fresh trace and compile.
+    again = _run_ring(fn, args, layout, 4)
+    _ring_vjp.cache_clear()
+    fresh = _run_ring(_ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, layout, schedule),
+                      args, layout, 4)
+    for other in (again, fresh):
+        for a, b in zip(first, other):
+            np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_ring_of_one_device_is_the_single_op_bitwise():
+    # One device: one block, the single-device kernels on the whole sequence.
+    args = random_inputs(8, 2, 32, 32, 4, 2, 16, jnp.bfloat16)
+    fn = _ring_vjp((1,), ("seq",), P(None, "seq"), "seq", True, "contiguous")
+    for a, b in zip(fn(*args), _single_vjp(True)(*args)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_compiled_ring_permutes_and_gathers_nothing():
+    args = random_inputs(9, 2, 64, 64, 4, 2, 16, jnp.float32)
+    fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "zigzag")
+    hlo = fn.lower(*args).compile().as_text()
+    assert "collective-permute" in hlo
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+
+
+# ---- zigzag placement and the load-balance model ----------------------------------------------
+
+def test_zigzag_places_chunks_i_and_2p_minus_1_minus_i():
+    tokens = jnp.arange(16)[None]  # [1, 16]: 2 * 4 chunks of 2
+    placed = ring.zigzag(tokens, 4)
+    np.testing.assert_array_equal(placed[0], [0, 1, 14, 15, 2, 3, 12, 13,
+                                              4, 5, 10, 11, 6, 7, 8, 9])
+    np.testing.assert_array_equal(ring.unzigzag(placed, 4), tokens)
+
+
+def test_zigzag_on_another_axis_round_trips():
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 24))  # [B, H, S] like lse
+    placed = ring.zigzag(x, 3, seq_axis=-1)
+    assert not np.array_equal(placed, x)
+    np.testing.assert_array_equal(ring.unzigzag(placed, 3, seq_axis=2), x)
+
+
+@pytest.mark.parametrize("ring_size", [2, 4, 8])
+def test_zigzag_gives_every_device_the_same_visible_pairs(ring_size):
+    """Counted from token positions: the (query, key) pairs a causal mask lets each device's
+    queries see are the same on every device under zigzag, not under contiguous placement."""
+    seq = 16 * ring_size
+    positions = {"contiguous": np.arange(seq),
+                 "zigzag": np.asarray(ring.zigzag(jnp.arange(seq)[None], ring_size)[0])}
+    visible = {}
+    for layout, placed in positions.items():
+        per_device = placed.reshape(ring_size, -1)  # device i's tokens, as shard_map splits them
+        visible[layout] = [int(np.sum(np.arange(seq)[None, :] <= tokens[:, None]))
+                           for tokens in per_device]
+    assert sum(visible["zigzag"]) == sum(visible["contiguous"]) == seq * (seq + 1) // 2
+    assert len(set(visible["zigzag"])) == 1
+    assert visible["contiguous"] == sorted(visible["contiguous"])
+    assert visible["contiguous"][-1] > visible["zigzag"][0] > visible["contiguous"][0]
+
+
+def test_block_work_balances_the_causal_ring():
+    contiguous = ring.block_work(1024, 8, "contiguous")
+    zigzag = ring.block_work(1024, 8, "zigzag")
+    assert sum(contiguous) == sum(zigzag)  # the same total (a triangle at tile granularity)
+    assert max(contiguous) / min(contiguous) == 15.0  # device 7: 7.5 blocks, device 0: 0.5
+    assert max(zigzag) == min(zigzag)
+    assert max(contiguous) / max(zigzag) == pytest.approx(15 / 8)
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+def _in_ring(fn, *shapes, spec=P(None, "seq"), mesh_size=4):
+    """Traces fn inside shard_map over a 1-D mesh "seq" on zero inputs of the given shapes."""
+    mesh = _mesh((mesh_size,), ("seq",))
+    args = [jnp.zeros(s, jnp.float32) for s in shapes]
+    return jax.jit(shard_map(fn, mesh, (spec,) * len(args), spec)).lower(*args)
+
+
+QS, KS = (1, 32, 2, 16), (1, 32, 1, 16)
+
+
+def test_missing_axis_name():
+    with pytest.raises(TypeError, match="axis_name"):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v), QS, KS, KS)
+
+
+@pytest.mark.parametrize("axis_name", [None, 3, (), ("seq", 1)])
+def test_axis_name_of_the_wrong_type(axis_name):
+    with pytest.raises(TypeError, match=re.escape(f"axis_name must name the mesh axis the "
+                                                  f"sequence is sharded over (a str, or a tuple "
+                                                  f"of str), got {axis_name!r}")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name=axis_name),
+                 QS, KS, KS)
+
+
+def test_unbound_axis_name_inside_shard_map():
+    with pytest.raises(ValueError, match=re.escape("axis_name='sequence' is not bound here")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="sequence"),
+                 QS, KS, KS)
+
+
+def test_unbound_axis_name_outside_shard_map():
+    q, k, v = (jnp.zeros(s, jnp.float32) for s in (QS, KS, KS))
+    with pytest.raises(ValueError, match="ring_attention must run inside shard_map"):
+        jax_dash.ring_attention(q, k, v, axis_name="seq")
+
+
+def test_causal_ring_with_blocks_of_different_lengths():
+    with pytest.raises(ValueError, match=re.escape(
+            "key has 16 tokens per device but query has 8: with is_causal=True the ring needs "
+            "query and key blocks of the same length")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq",
+                                                         is_causal=True),
+                 QS, (1, 64, 1, 16), (1, 64, 1, 16))
+
+
+def test_zigzag_with_an_odd_block():
+    shapes = ((1, 12, 2, 16), (1, 12, 1, 16), (1, 12, 1, 16))  # 3 tokens per device
+    with pytest.raises(ValueError, match=re.escape(
+            "layout='zigzag' puts two equal chunks on each device, so the per-device sequence "
+            "must be even, got query with 3 tokens per device")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq",
+                                                         is_causal=True, layout="zigzag"),
+                 *shapes)
+
+
+def test_sequence_not_divisible_by_the_ring():
+    # shard_map itself refuses a sequence that does not split evenly over the ring.
+    with pytest.raises(ValueError, match="divisible"):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq"),
+                 (1, 30, 2, 16), (1, 30, 1, 16), (1, 30, 1, 16))
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(layout="striped"), ValueError, "layout='striped' is not one of contiguous, zigzag"),
+    (dict(schedule="fast"), ValueError, "schedule='fast' is not one of"),
+    (dict(is_causal=1), TypeError, "is_causal must be a Python bool, got 1"),
+    (dict(scale="big"), TypeError, "scale must be a Python number"),
+])
+def test_bad_options(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq", **kwargs),
+                 QS, KS, KS)
+
+
+def test_query_and_key_that_disagree():
+    # The blocks every device holds must fit together like the single op's inputs.
+    with pytest.raises(ValueError, match=re.escape("query and key must have the same head_dim")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq"),
+                 QS, (1, 32, 1, 8), (1, 32, 1, 8))
+    with pytest.raises(ValueError, match=re.escape("num_heads (2) must be a positive multiple "
+                                                   "of num_kv_heads (3)")):
+        _in_ring(lambda q, k, v: jax_dash.ring_attention(q, k, v, axis_name="seq"),
+                 QS, (1, 32, 3, 16), (1, 32, 3, 16))
+
+
+@pytest.mark.parametrize("fn", [ring.zigzag, ring.unzigzag])
+def test_zigzag_helpers_reject_bad_input(fn):
+    with pytest.raises(ValueError, match=re.escape(
+            "x has 20 tokens on axis 1, not a multiple of 2 * axis_size = 8")):
+        fn(jnp.zeros((1, 20, 2)), 4)
+    with pytest.raises(ValueError, match=re.escape("axis_size must be a positive int")):
+        fn(jnp.zeros((1, 16, 2)), 0)
+    with pytest.raises(ValueError, match=re.escape("seq_axis=3 is not an axis of x")):
+        fn(jnp.zeros((1, 16, 2)), 4, seq_axis=3)
+
+
+# ---- jax.jit(jax_dash.attention) on sequence-sharded inputs: the partitioner's ring -----------
+
+def _jit_grads(is_causal):
+    def loss(q, k, v):
+        return jnp.sum(jax_dash.attention(q, k, v, is_causal=is_causal) ** 2)
+
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+
+
+@pytest.mark.parametrize("spec", [
+    P(None, "seq"),                      # sequence only
+    P("data", "seq"),                    # batch x sequence
+    P(None, "seq", "data"),              # sequence x heads
+    P(None, ("data", "seq")),            # one ring over both axes
+])
+def test_jit_of_sequence_sharded_inputs_runs_the_ring(spec):
+    from jax.sharding import NamedSharding
+    q, k, v, _ = random_inputs(10, 2, 64, 64, 4, 2, 16, jnp.float32)
+    grads = _jit_grads(True)
+    expected = grads(q, k, v)
+    sharding = NamedSharding(_mesh((2, 4), ("data", "seq")), spec)
+    args = [jax.device_put(x, sharding) for x in (q, k, v)]
+    hlo = grads.lower(*args).compile().as_text()
+    assert "collective-permute" in hlo
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+    loss, ours = grads(*args)
+    np.testing.assert_allclose(loss, expected[0], rtol=1e-5)
+    _assert_close([jnp.zeros(())] + list(ours), [jnp.zeros(())] + list(expected[1]))
+    for g in ours:  # the gradients keep the inputs' sharding
+        assert g.sharding.is_equivalent_to(sharding, g.ndim), (g.sharding, sharding)
+    for a, b in zip(ours, grads(*args)[1]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_jit_without_an_even_ring_gathers_and_is_exact():
+    # Causal with seq_q != seq_kv has no ring: the sequence is gathered, giving the single
+    # device's bits.
+    from jax.sharding import NamedSharding
+    q, _, _, _ = random_inputs(11, 1, 64, 32, 2, 1, 16, jnp.float32)
+    _, k, v, _ = random_inputs(12, 1, 32, 32, 2, 1, 16, jnp.float32)
+    grads = _jit_grads(True)
+    expected = grads(q, k, v)
+    sharding = NamedSharding(_mesh((4,), ("seq",)), P(None, "seq"))
+    args = [jax.device_put(x, sharding) for x in (q, k, v)]
+    assert "collective-permute" not in grads.lower(*args).compile().as_text()
+    for a, b in zip(grads(*args)[1], expected[1]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_batch_sharding_keeps_the_rings_bits():
+    """A 2-D mesh (batch x sequence) gives the bits of the 1-D ring of the same size."""
+    args = random_inputs(13, 4, 64, 64, 4, 2, 16, jnp.float32)
+    one_d = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "contiguous")(*args)
+    two_d = _ring_vjp((2, 4), ("data", "seq"), P("data", "seq"), "seq", True, "contiguous")(*args)
+    for a, b in zip(one_d, two_d):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # ... and a sequence's bits do not depend on the rest of the batch.
+    alone = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "contiguous")(
+        *[x[1:2] for x in args])
+    for a, b in zip(one_d, alone):
+        np.testing.assert_array_equal(np.asarray(a)[1:2], np.asarray(b))
+
+
+def test_jit_path_gives_the_bits_of_ring_attention_in_shard_map():
+    from jax.sharding import NamedSharding
+    args = random_inputs(14, 2, 64, 64, 4, 2, 16, jnp.float32)
+    in_shard_map = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, "contiguous")(*args)
+    sharding = NamedSharding(_mesh((4,), ("seq",)), P(None, "seq"))
+    jitted = _single_vjp(True)(*[jax.device_put(x, sharding) for x in args])
+    for a, b in zip(in_shard_map, jitted):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_docs_example_runs():
+    """docs/ring.md's example, as written (it asserts bitwise repeats and the single op's grads)."""
+    import pathlib
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "ring.md").read_text()
+    example = text.split("## Example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "ring_attention" in example and "assert" in example
+    exec(compile(example, "docs/ring.md", "exec"), {})
+
+
+# ---- the ring simulated on one device ---------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_simulated_ring_gives_the_rings_bits(layout):
+    """ring.simulate (vmap over a named axis on one device) runs the ring's own code: jitted, it
+    gives the bits of the ring on 4 devices (the tests on one GPU rely on it)."""
+    args = random_inputs(15, 2, 64, 64, 4, 2, 16, jnp.float32)
+    placed = [ring.zigzag(x, 4) for x in args] if layout == "zigzag" else list(args)
+    real = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", True, layout)(*placed)
+
+    def simulated(q, k, v, dout):
+        fn = functools.partial(ring.simulate, ring_size=4, is_causal=True, layout=layout)
+        out, vjp = jax.vjp(fn, q, k, v)
+        return (out, *vjp(dout))
+
+    for a, b in zip(real, jax.jit(simulated)(*placed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_simulate_rejects_bad_input():
+    x = jnp.zeros((1, 30, 2, 16))
+    with pytest.raises(ValueError, match=re.escape(
+            "query must be [batch, seq, heads, head_dim] with seq a multiple of ring_size=4, got "
+            "shape (1, 30, 2, 16)")):
+        ring.simulate(x, x, x, 4)
+    with pytest.raises(ValueError, match=re.escape("ring_size must be a positive int, got 0")):
+        ring.simulate(x, x, x, 0)
+
+
+def test_bench_ring_dry_run(tmp_path):
+    """benchmarks/bench_ring.py --dry-run: the two-GPU script's whole path on 4 CPU devices."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "ring.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_ring.py"), "--dry-run",
+                           "--layouts", "zigzag", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["error"] is None and result["ring_size"] == 4 and result["layout"] == "zigzag"
+    assert result["repeats_not_bitwise"] == 0 and result["matches_one_device"]
+    assert set(result["relative_rms_diff"]) == {"out", "dq", "dk", "dv"}
+    assert "zigzag" in proc.stdout

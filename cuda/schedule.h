@@ -90,6 +90,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/mask.h"
 
 namespace jax_dash {
 
@@ -112,7 +113,23 @@ struct ScheduleProblem {
   int32_t num_heads;  // (batch * heads): number of independent heads of work
   int32_t wave;       // items resident at once; values < 1 are treated as 1
   Schedule schedule;
+  // The static band beyond causal (cuda/mask.h): zero-initialized = no window.
+  bool has_window;
+  int64_t window_left;   // key j >= i - window_left
+  int64_t window_right;  // key j <= i + window_right
 };
+
+// The static mask of the problem (extents, causal, window): what tickets are built on.
+JAX_DASH_HD inline MaskBand mask_band(const ScheduleProblem& p) {
+  MaskBand band{};
+  band.seq_q = p.seq_q;
+  band.seq_kv = p.seq_kv;
+  band.is_causal = p.is_causal;
+  band.has_window = p.has_window;
+  band.window_left = p.window_left;
+  band.window_right = p.window_right;
+  return band;
+}
 
 // Fills Nq and Nkv from the sequence lengths and tile sizes.
 JAX_DASH_HD inline ScheduleProblem problem_from_lengths(int64_t seq_q, int64_t seq_kv,
@@ -133,26 +150,43 @@ JAX_DASH_HD inline ScheduleProblem problem_from_lengths(int64_t seq_q, int64_t s
   return p;
 }
 
-// Is tile pair (m, n) touched by the mask? Top-left causal: query i sees key j iff j <= i.
+// Is tile pair (m, n) touched by the static band? Some real query row of tile m sees some real
+// key of tile n (rows past seq_q and keys past seq_kv do not count).
 JAX_DASH_HD inline bool tile_active(const ScheduleProblem& p, int m, int n) {
-  if (!p.is_causal) return true;
-  const int64_t last_q = static_cast<int64_t>(m + 1) * p.block_m - 1;  // last row of tile m
-  return static_cast<int64_t>(n) * p.block_n <= last_q;
+  return mask_band(p).tile(static_cast<int64_t>(m) * p.block_m, p.block_m,
+                           static_cast<int64_t>(n) * p.block_n, p.block_n) !=
+         TileVisibility::kInvisible;
 }
 
-// Q tiles that see KV tile n form the suffix [first_q_tile(n), Nq).
+// Q tiles that see KV tile n form the contiguous range [first_q_tile(n), end_q_tile(n)) (the
+// band is a diagonal strip, cuda/mask.h); empty ranges are [Nq, Nq). Causal without a window:
+// the suffix [first_q_tile(n), Nq).
 JAX_DASH_HD inline int first_q_tile(const ScheduleProblem& p, int n) {
-  if (!p.is_causal) return 0;
-  const int64_t first = (static_cast<int64_t>(n) * p.block_n) / p.block_m;
-  return first < p.num_q_tiles ? static_cast<int>(first) : p.num_q_tiles;
+  const TileRange r = band_q_tiles(mask_band(p), p.block_m, p.block_n, n);
+  return r.first < r.end ? r.first : p.num_q_tiles;
 }
 
-// KV tiles seen by Q tile m form the prefix [0, num_kv_tiles_seen(m)).
+JAX_DASH_HD inline int end_q_tile(const ScheduleProblem& p, int n) {
+  const TileRange r = band_q_tiles(mask_band(p), p.block_m, p.block_n, n);
+  return r.first < r.end ? r.end : p.num_q_tiles;
+}
+
+// KV tiles seen by Q tile m form the range [first_kv_tile(m), first_kv_tile(m) +
+// num_kv_tiles_seen(m)); causal without a window: the prefix [0, num_kv_tiles_seen(m)).
+JAX_DASH_HD inline int first_kv_tile(const ScheduleProblem& p, int m) {
+  const TileRange r = band_kv_tiles(mask_band(p), p.block_m, p.block_n, m);
+  return r.first < r.end ? r.first : 0;
+}
+
 JAX_DASH_HD inline int num_kv_tiles_seen(const ScheduleProblem& p, int m) {
-  if (!p.is_causal) return p.num_kv_tiles;
-  const int64_t last_q = static_cast<int64_t>(m + 1) * p.block_m - 1;
-  const int64_t seen = last_q / p.block_n + 1;
-  return seen < p.num_kv_tiles ? static_cast<int>(seen) : p.num_kv_tiles;
+  const TileRange r = band_kv_tiles(mask_band(p), p.block_m, p.block_n, m);
+  return r.first < r.end ? r.end - r.first : 0;
+}
+
+// Does every tile pair take part (no tile is cut away by the band)? With the band's
+// monotonicity the two far corners decide.
+JAX_DASH_HD inline bool band_covers_all_tiles(const ScheduleProblem& p) {
+  return tile_active(p, p.num_q_tiles - 1, 0) && tile_active(p, 0, p.num_kv_tiles - 1);
 }
 
 JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 ? 1 : p.wave; }
@@ -162,18 +196,26 @@ JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 
 // symmetric_shift's pairing needs equal-length causal columns that pair up: Nkv even, square
 // causal mask, and first_q_tile strictly increasing (block_n >= block_m) so that a slice's items
 // are on distinct Q tiles at every step.
+// A window must cut no tile pair that causal keeps (the far corner (Nq-1, 0) decides), so that the
+// tile structure is exactly causal's.
 JAX_DASH_HD inline bool symmetric_shift_applies(const ScheduleProblem& p) {
   return p.is_causal && p.seq_q == p.seq_kv && p.num_kv_tiles >= 2 && p.num_kv_tiles % 2 == 0 &&
-         p.block_n >= p.block_m;
+         p.block_n >= p.block_m && tile_active(p, p.num_q_tiles - 1, 0);
+}
+
+// shift's rotation needs every Q tile on every item: a full mask whose window (if any) cuts no
+// tile pair.
+JAX_DASH_HD inline bool shift_applies(const ScheduleProblem& p) {
+  return !p.is_causal && band_covers_all_tiles(p);
 }
 
 // The schedule the functions below implement for this problem (see the header comment).
 JAX_DASH_HD inline Schedule effective_schedule(const ScheduleProblem& p) {
   switch (p.schedule) {
     case Schedule::kShift:
-      return p.is_causal ? Schedule::kDescending : Schedule::kShift;
+      return shift_applies(p) ? Schedule::kShift : Schedule::kDescending;
     case Schedule::kSymmetricShift:
-      if (!p.is_causal) return Schedule::kShift;
+      if (!p.is_causal) return shift_applies(p) ? Schedule::kShift : Schedule::kDescending;
       return symmetric_shift_applies(p) ? Schedule::kSymmetricShift : Schedule::kDescending;
     case Schedule::kAscending:
     case Schedule::kDescending:
@@ -228,7 +270,7 @@ JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int /*head*/, 
 
 // Number of Q tiles that KV tile n visits (the same for every schedule).
 JAX_DASH_HD inline int q_visit_count(const ScheduleProblem& p, int /*head*/, int n) {
-  return p.num_q_tiles - first_q_tile(p, n);
+  return end_q_tile(p, n) - first_q_tile(p, n);
 }
 
 // The step-th Q tile that KV tile n of head `head` visits (step < q_visit_count).
@@ -251,7 +293,7 @@ JAX_DASH_HD inline int q_visit_tile(const ScheduleProblem& p, int /*head*/, int 
     case Schedule::kAtomic:
       break;
   }
-  return nq - 1 - step;
+  return end_q_tile(p, n) - 1 - step;
 }
 
 // ---- tickets ----------------------------------------------------------------------------------
@@ -324,7 +366,7 @@ JAX_DASH_HD inline int dq_ticket(const ScheduleProblem& p, int head, int m, int 
     case Schedule::kAtomic:
       break;
   }
-  return n;
+  return n - first_kv_tile(p, m);  // ascending n over the KV tiles m sees
 }
 
 // Order of the GQA dK/dV reduction: query head `head_in_group` of its group adds its partial

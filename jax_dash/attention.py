@@ -18,10 +18,13 @@ _CPU_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.fl
 MAX_HEAD_DIM = 256
 
 
-def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"):
+def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+              query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+              query_segment_ids=None, key_value_segment_ids=None, logits_soft_cap=None,
+              schedule="auto"):
     """Scaled dot-product attention with a bitwise-reproducible backward pass.
 
-    A drop-in for ``jax.nn.dot_product_attention(query, key, value, scale=..., is_causal=...)``.
+    A drop-in for ``jax.nn.dot_product_attention``: the arguments it shares mean the same.
 
     Args:
       query: ``[batch, seq_q, num_heads, head_dim]``, or ``[seq_q, num_heads, head_dim]``.
@@ -29,21 +32,46 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
         ``num_heads`` must be a multiple of ``num_kv_heads`` (GQA/MQA): query head ``h`` reads
         kv head ``h // (num_heads // num_kv_heads)``.
       value: same shape as ``key``.
+      bias, mask: dense additive bias / boolean mask: not supported (a ``ValueError`` says so);
+        use the structured masks below, which the kernels skip tile by tile.
       scale: softmax scale, a Python number; default ``1 / sqrt(head_dim)``.
-      is_causal: top-left causal mask: query ``i`` sees key ``j`` iff ``j <= i`` (the meaning of
-        ``jax.nn.dot_product_attention``). A query that sees no key outputs 0 and gets zero
-        gradient.
-      schedule: backward tile schedule. ``"auto"`` (pick per shape), ``"ascending"``,
+      is_causal: top-left causal mask: query ``i`` sees key ``j`` iff ``j <= i``.
+      query_seq_lengths: int ``[batch]`` (``[]`` or ``[1]`` without a batch axis): query ``i``
+        of row ``b`` is padding iff ``i >= query_seq_lengths[b]``; it sees no key.
+      key_value_seq_lengths: int ``[batch]``: key ``j`` of row ``b`` is seen by no query iff
+        ``j >= key_value_seq_lengths[b]``.
+      local_window_size: ``int w`` or ``(left, right)`` (ints >= 0): query ``i`` sees only keys
+        ``i - left <= j <= i + right``; an int means ``(w, w)``. With ``is_causal`` the right
+        side is 0.
+      query_segment_ids: int ``[batch, seq_q]`` (``[seq_q]`` without a batch axis), with
+        ``key_value_segment_ids`` int ``[batch, seq_kv]``; both or neither: query ``i`` sees key
+        ``j`` only if their ids are equal (packed sequences).
+      logits_soft_cap: ``c > 0``: logits ``= c * tanh(scale * q.k / c)``, before masking and
+        softmax (Gemma 2).
+      schedule: backward tile schedule. ``"auto"`` (pick per head's problem), ``"ascending"``,
         ``"descending"``, ``"shift"``, ``"symmetric_shift"`` give bitwise-reproducible gradients;
         ``"atomic"`` is faster-racing and not reproducible (a reference for the cost of
         determinism). Every schedule computes the same function up to rounding.
 
+    Every mask combines with every other (a key is seen only if all allow it). Lengths and
+    segment ids are runtime arrays (traced under jit, batched under vmap, sharded with the
+    batch); ``local_window_size`` and ``logits_soft_cap`` are Python numbers. A query that sees
+    no key outputs 0 and gets zero gradient.
+
     Returns:
       Array with the shape and dtype of ``query``.
 
-    dtypes: bfloat16 and float16 on GPU (Hopper, head_dim 64 or 128); the CPU kernels also take
-    float32 and any head_dim that is a multiple of 8 up to 256.
+    dtypes: bfloat16 and float16 on GPU (Hopper, head_dim 64 or 128; windows, lengths, segment
+    ids and soft cap run on the CPU kernels only for now); the CPU kernels also take float32 and
+    any head_dim that is a multiple of 8 up to 256.
     """
+    for dense, name in ((bias, "bias"), (mask, "mask")):
+        if dense is not None:
+            raise ValueError(
+                f"{name} is not supported by jax_dash.attention (got "
+                f"{_describe(dense)}): dense {name}es are not implemented; express the mask with "
+                "is_causal, local_window_size, query_seq_lengths/key_value_seq_lengths or "
+                "query_segment_ids/key_value_segment_ids, or use jax.nn.dot_product_attention")
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
@@ -55,41 +83,74 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
                         f"(type {type(is_causal).__name__})")
     if not isinstance(schedule, str) or schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+    window = _check_window(local_window_size)
+    soft_cap = _check_soft_cap(logits_soft_cap)
 
     unbatched = query.ndim == 3
+    batch = 1 if unbatched else query.shape[0]
+    seq_q, seq_kv = query.shape[-3], key.shape[-3]
+    q_lengths = _check_lengths(query_seq_lengths, "query_seq_lengths", batch, unbatched, seq_q)
+    kv_lengths = _check_lengths(key_value_seq_lengths, "key_value_seq_lengths", batch,
+                                unbatched, seq_kv)
+    q_segments, kv_segments = _check_segment_ids(query_segment_ids, key_value_segment_ids,
+                                                 batch, unbatched, seq_q, seq_kv)
+    has_lengths = q_lengths is not None or kv_lengths is not None
+    has_segments = q_segments is not None
+    if has_lengths:
+        if q_lengths is None:
+            q_lengths = jnp.full((batch,), seq_q, jnp.int32)
+        if kv_lengths is None:
+            kv_lengths = jnp.full((batch,), seq_kv, jnp.int32)
+    else:
+        q_lengths = jnp.full((batch,), seq_q, jnp.int32)
+        kv_lengths = jnp.full((batch,), seq_kv, jnp.int32)
+    if not has_segments:
+        q_segments = jnp.zeros((batch, seq_q), jnp.int32)
+        kv_segments = jnp.zeros((batch, seq_kv), jnp.int32)
+    static_mask = _ffi.StaticMask(window=window, logits_soft_cap=soft_cap,
+                                  has_seq_lengths=has_lengths, has_segment_ids=has_segments)
+
     if unbatched:
         query, key, value = query[None], key[None], value[None]
     if schedule == "auto":
-        schedule = _auto_schedule(query.shape, key.shape, bool(is_causal))
-    out = _attention(query, key, value, scale, bool(is_causal), schedule)
+        schedule = _auto_schedule(query.shape, key.shape, bool(is_causal), window)
+    out = _attention(query, key, value, q_lengths, kv_lengths, q_segments, kv_segments, scale,
+                     bool(is_causal), static_mask, schedule)
     return out[0] if unbatched else out
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _attention(q, k, v, scale, is_causal, schedule):
-    out, _ = sharding.forward_op(scale, is_causal)(q, k, v)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
+def _attention(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments, scale, is_causal,
+               static_mask, schedule):
+    out, _ = sharding.forward_op(scale, is_causal, static_mask)(
+        q, k, v, q_lengths, kv_lengths, q_segments, kv_segments)
     return out
 
 
-def _attention_fwd(q, k, v, scale, is_causal, schedule):
-    out, lse = sharding.forward_op(scale, is_causal)(q, k, v)
-    return out, (q, k, v, out, lse)
+def _attention_fwd(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments, scale, is_causal,
+                   static_mask, schedule):
+    mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
+    out, lse = sharding.forward_op(scale, is_causal, static_mask)(q, k, v, *mask_arrays)
+    return out, (q, k, v, out, lse, mask_arrays)
 
 
-def _attention_bwd(scale, is_causal, schedule, residuals, dout):
-    q, k, v, out, lse = residuals
-    return sharding.backward_op(scale, is_causal, schedule)(q, k, v, out, lse,
-                                                            dout.astype(out.dtype))
+def _attention_bwd(scale, is_causal, static_mask, schedule, residuals, dout):
+    q, k, v, out, lse, mask_arrays = residuals
+    dq, dk, dv = sharding.backward_op(scale, is_causal, schedule, static_mask)(
+        q, k, v, out, lse, dout.astype(out.dtype), *mask_arrays)
+    # The integer mask operands have no cotangent.
+    return (dq, dk, dv) + (None,) * len(mask_arrays)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def _auto_schedule(q_shape, k_shape, is_causal):
+def _auto_schedule(q_shape, k_shape, is_causal, window=None):
     """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, mask) and the device's nominal wave. Batch size and head
-    count are deliberately not passed: under vmap, sharding or a different batch the same
-    sequence must get the same schedule, hence the same bits."""
+    problem (seq_q, seq_kv, head_dim, causal + window band) and the device's nominal wave. Batch
+    size, head count and the data (lengths, segment ids) are deliberately not passed: under vmap,
+    sharding or a different batch the same sequence must get the same schedule, hence the same
+    bits."""
     try:
         from jax_dash import schedules
     except ImportError:  # the simulator is optional at import time of the op
@@ -99,7 +160,7 @@ def _auto_schedule(q_shape, k_shape, is_causal):
         return "descending"
     seq_q, head_dim = q_shape[-3], q_shape[-1]
     return chooser(seq_q=seq_q, seq_kv=k_shape[-3], head_dim=head_dim, is_causal=is_causal,
-                   wave=_nominal_wave())
+                   wave=_nominal_wave(), window=window)
 
 
 def _nominal_wave():
@@ -168,6 +229,101 @@ def _check_dtypes(query, key, value):
     if len(set(dtypes)) != 1:
         raise TypeError("query, key and value must have the same dtype, got "
                         f"{dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
+
+
+def _describe(x):
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is not None:
+        return f"an array of shape {tuple(shape)} and dtype {dtype}"
+    return f"{x!r}"
+
+
+def _is_int(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_window(window):
+    """``local_window_size`` as ``(left, right)`` Python ints, or None."""
+    if window is None:
+        return None
+    allowed = "None, an int >= 0, or a (left, right) tuple of ints >= 0"
+    if _is_int(window):
+        window = (window, window)
+    elif isinstance(window, (tuple, list)) and len(window) == 2 and all(map(_is_int, window)):
+        window = tuple(window)
+    else:
+        raise TypeError(f"local_window_size must be {allowed} (a Python value, compiled into the "
+                        f"kernel), got {window!r} of type {type(window).__name__}")
+    if window[0] < 0 or window[1] < 0:
+        raise ValueError(f"local_window_size={window!r} must not be negative; allowed: {allowed}")
+    if max(window) >= 2 ** 40:
+        raise ValueError(f"local_window_size={window!r} is too large: each side must be below "
+                         "2**40 (use None for no window)")
+    return int(window[0]), int(window[1])
+
+
+def _check_soft_cap(cap):
+    """``logits_soft_cap`` as a float > 0 that is finite in float32, or None."""
+    if cap is None:
+        return None
+    if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, numbers.Real):
+        raise TypeError(f"logits_soft_cap must be None or a Python number > 0 (compiled into the "
+                        f"kernel), got {cap!r} of type {type(cap).__name__}")
+    try:
+        as_float = float(cap)
+    except OverflowError:
+        as_float = math.inf
+    with np.errstate(over="ignore"):
+        finite = bool(np.isfinite(np.float32(as_float)))
+    if not (finite and np.float32(as_float) > 0):
+        raise ValueError(f"logits_soft_cap={cap!r} must be a finite number > 0 (in float32), or "
+                         "None for no cap")
+    return as_float
+
+
+def _check_int_array(x, name):
+    x = _as_array(x, name)
+    dtype = jnp.dtype(x.dtype)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"{name} must have an integer dtype (int32 recommended), got {dtype}")
+    return x
+
+
+def _check_lengths(lengths, name, batch, unbatched, seq):
+    """``[batch]`` int lengths as int32, clipped to [0, seq] (which keeps their meaning: position
+    i is kept iff i < length), or None."""
+    if lengths is None:
+        return None
+    lengths = _check_int_array(lengths, name)
+    allowed = "[] or [1] (no batch axis)" if unbatched else f"[batch] = [{batch}]"
+    if unbatched and lengths.shape in ((), (1,)):
+        lengths = lengths.reshape((1,))
+    elif tuple(lengths.shape) != (batch,):
+        raise ValueError(f"{name} has shape {tuple(lengths.shape)}; expected {allowed}")
+    return jnp.clip(lengths, 0, seq).astype(jnp.int32)
+
+
+def _check_segment_ids(q_ids, kv_ids, batch, unbatched, seq_q, seq_kv):
+    if q_ids is None and kv_ids is None:
+        return None, None
+    if q_ids is None or kv_ids is None:
+        given, missing = (("query_segment_ids", "key_value_segment_ids") if kv_ids is None
+                          else ("key_value_segment_ids", "query_segment_ids"))
+        raise ValueError(f"{given} was given without {missing}: pass both or neither")
+    out = []
+    for ids, name, seq in ((q_ids, "query_segment_ids", seq_q),
+                           (kv_ids, "key_value_segment_ids", seq_kv)):
+        ids = _check_int_array(ids, name)
+        expected = (seq,) if unbatched else (batch, seq)
+        if unbatched and tuple(ids.shape) == (1, seq):
+            ids = ids.reshape((seq,))
+        if tuple(ids.shape) != expected:
+            what = "[seq] or [1, seq]" if unbatched else "[batch, seq]"
+            raise ValueError(f"{name} has shape {tuple(ids.shape)}; expected {what} = "
+                             f"{list(expected)}")
+        out.append(ids.reshape((batch, seq)).astype(jnp.int32))
+    return tuple(out)
 
 
 def _check_scale(scale, head_dim=None):

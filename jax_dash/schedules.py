@@ -71,8 +71,16 @@ class Problem:
     block_n: int
     is_causal: bool
     wave: int
+    window: tuple[int, int] | None = None  # local_window_size (left, right); the band
 
     def __post_init__(self):
+        if self.window is not None:
+            window = self.window
+            if (not isinstance(window, tuple) or len(window) != 2
+                    or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 0
+                           for w in window)):
+                raise ValueError(f"window={window!r} must be None or a (left, right) tuple of "
+                                 "integers >= 0")
         for name in ("batch", "num_heads", "num_kv_heads", "seq_q", "seq_kv", "block_m",
                      "block_n", "wave"):
             value = getattr(self, name)
@@ -97,7 +105,7 @@ class Problem:
 
 
 def make_problem(*, batch, num_heads, seq_q, seq_kv, is_causal, wave, head_dim=None,
-                 num_kv_heads=None, block_m=None, block_n=None) -> Problem:
+                 num_kv_heads=None, block_m=None, block_n=None, window=None) -> Problem:
     """A Problem with the backward tiles of ``cuda/tiles.h`` for ``head_dim`` (or given blocks)."""
     if block_m is None or block_n is None:
         if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) \
@@ -110,7 +118,12 @@ def make_problem(*, batch, num_heads, seq_q, seq_kv, is_causal, wave, head_dim=N
     return Problem(batch=batch, num_heads=num_heads,
                    num_kv_heads=num_heads if num_kv_heads is None else num_kv_heads,
                    seq_q=seq_q, seq_kv=seq_kv, block_m=block_m, block_n=block_n,
-                   is_causal=bool(is_causal), wave=wave)
+                   is_causal=bool(is_causal), wave=wave,
+                   window=None if window is None else tuple(window))
+
+
+def _window_args(problem: Problem) -> tuple[int, int]:
+    return problem.window if problem.window is not None else (-1, -1)
 
 
 def _schedule_id(schedule: str) -> int:
@@ -126,12 +139,14 @@ def head_tables(schedule: str, problem: Problem, head: int) -> dict:
     Keys: effective_schedule (name), num_q_tiles, num_kv_tiles, items_per_head,
     item_kv_tiles [items, 2] (-1 = none), wave_first / wave_end [items],
     visit [Nkv, Nq] (-1 past visit_count), visit_count [Nkv], ticket [Nq, Nkv] (-1 = masked),
-    ticket_count [Nq].
+    ticket_count [Nq], first_kv_tile [Nq] (tile m sees KV tiles first_kv_tile[m] ..
+    first_kv_tile[m] + ticket_count[m] - 1), first_q_tile / end_q_tile [Nkv] (the Q tiles that see
+    KV tile n: a contiguous range, the band).
     """
     p = problem
     tables = dict(_ext.schedule_head_tables(
         _schedule_id(schedule), p.seq_q, p.seq_kv, p.block_m, p.block_n, p.is_causal,
-        p.head_count, p.wave, int(head)))
+        p.head_count, p.wave, int(head), *_window_args(p)))
     tables["effective_schedule"] = SCHEDULE_NAMES[tables["effective_schedule"]]
     for value in tables.values():
         if isinstance(value, np.ndarray):
@@ -150,7 +165,7 @@ def dkv_tickets(schedule: str, problem: Problem) -> np.ndarray:
     p = problem
     out = _ext.schedule_dkv_tickets(_schedule_id(schedule), p.seq_q, p.seq_kv, p.block_m,
                                     p.block_n, p.is_causal, p.head_count, p.wave,
-                                    p.num_heads // p.num_kv_heads)
+                                    p.num_heads // p.num_kv_heads, *_window_args(p))
     out.flags.writeable = False
     return out
 
@@ -489,14 +504,16 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
 
 @functools.lru_cache(maxsize=1024)
 def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
-                    wave: int) -> str:
+                    wave: int, window: tuple[int, int] | None = None) -> str:
     """The schedule ``schedule="auto"`` runs: a function of ONE head's problem and the nominal
     wave width (the GPU model's resident backward CTAs), never of the batch size, the number of
     heads or how the call is sharded, so that auto's bits are as batch- and sharding-invariant as
     every schedule's (a sharded run sees fewer heads; a vmapped one a larger batch).
 
-    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv) and a
-    head is one slice (Nkv / 2 <= wave); otherwise ``descending``. Why:
+    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
+    window that cuts a tile pair) and a head is one slice (Nkv / 2 <= wave); otherwise
+    ``descending`` (so a sliding window that cuts tiles gets ``descending``, which visits each
+    KV tile's band from its bottom). Why:
 
     * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -510,7 +527,7 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       descending, whose tickets (those of ascending) give the same dQ bits on every GPU.
     """
     problem = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
-                           is_causal=is_causal, wave=wave)
+                           is_causal=is_causal, wave=wave, window=window)
     if problem.is_causal:
         tables = head_tables("symmetric_shift", problem, 0)
         if (tables["effective_schedule"] == "symmetric_shift"

@@ -9,6 +9,10 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
   otherwise heads are gathered. The sequence and head_dim axes are always gathered (replicated)
   before the call: attention needs every key for every query, so an input sharded along the
   sequence is all-gathered and the result is still exact.
+
+The mask operands (lengths ``[B]`` and segment ids ``[B, Sq]`` / ``[B, Sk]``, int32) ride along:
+vmap folds them into the batch like the rest, and they shard with the batch (their sequence axis,
+like the others', is gathered).
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jax_dash import _ffi
 
 # Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim.
-_FWD_RULE = "b s h d, b t k d, b t k d -> b s h d, b h s"
-_BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d "
+# The four mask operands follow q, k, v (and dout): q_seq_lengths, kv_seq_lengths [b],
+# q_segment_ids [b s], kv_segment_ids [b t].
+_MASK_RULE = "b, b, b s, b t"
+_FWD_RULE = f"b s h d, b t k d, b t k d, {_MASK_RULE} -> b s h d, b h s"
+_BWD_RULE = (f"b s h d, b t k d, b t k d, b s h d, b h s, b s h d, {_MASK_RULE} "
              "-> b s h d, b t k d, b t k d")
 # Listed in order of first appearance in the rules, as Shardy requires.
 _REPLICATED_FACTORS = ("s", "d", "t")
@@ -68,6 +75,13 @@ def _lse_spec(mesh, batch_axes, head_axes):
     return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, None))
 
 
+def _mask_specs(mesh, batch_axes):
+    """Lengths [B] and segment ids [B, S]: sharded with the batch."""
+    lengths = NamedSharding(mesh, PartitionSpec(batch_axes))
+    segments = NamedSharding(mesh, PartitionSpec(batch_axes, None))
+    return (lengths, lengths, segments, segments)
+
+
 def _fold_vmapped(axis_size, in_batched, args):
     """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every operand."""
     folded = []
@@ -93,13 +107,26 @@ def _vmapped_call(op, axis_size, in_batched, args):
     return _unfold(axis_size, op(*_fold_vmapped(axis_size, in_batched, args)))
 
 
+def _with_default_mask(op, num_tensor_args):
+    """``op(q, k, v, ..., *mask_arrays)`` where the four mask operands may be left out (callers
+    without lengths or segments, e.g. the ring)."""
+
+    def call(*args):
+        if len(args) == num_tensor_args:
+            args = args + tuple(_ffi.default_mask_arrays(args[0], args[1]))
+        return op(*args)
+
+    return call
+
+
 @functools.lru_cache(maxsize=None)
-def forward_op(scale: float, is_causal: bool):
-    """``(q, k, v) -> (out, lse)`` for 4-D inputs, batchable and partitionable."""
+def forward_op(scale: float, is_causal: bool, mask: _ffi.StaticMask = _ffi.NO_MASK):
+    """``(q, k, v[, q_lengths, kv_lengths, q_segment_ids, kv_segment_ids]) -> (out, lse)`` for
+    4-D inputs, batchable and partitionable."""
 
     @custom_partitioning
-    def partitioned(q, k, v):
-        return _ffi.fwd_call(q, k, v, scale, is_causal)
+    def partitioned(q, k, v, *mask_arrays):
+        return _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask, mask_arrays=mask_arrays)
 
     def infer(mesh, arg_shapes, result_shape):
         batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
@@ -112,33 +139,35 @@ def forward_op(scale: float, is_causal: bool):
         seq = _seq_spec(mesh, batch_axes, head_axes)
         outs = (seq, _lse_spec(mesh, batch_axes, head_axes))
 
-        def lower(q, k, v):
-            return _ffi.fwd_call(q, k, v, scale, is_causal)
+        def lower(q, k, v, *mask_arrays):
+            return _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask, mask_arrays=mask_arrays)
 
-        return mesh, lower, outs, (seq, seq, seq)
+        return mesh, lower, outs, (seq, seq, seq) + _mask_specs(mesh, batch_axes)
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_FWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v):
-        return partitioned(q, k, v)
+    def op(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments):
+        return partitioned(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments)
 
     @op.def_vmap
-    def op_vmap(axis_size, in_batched, q, k, v):
-        return _vmapped_call(op, axis_size, in_batched, (q, k, v)), (True, True)
+    def op_vmap(axis_size, in_batched, *args):
+        return _vmapped_call(op, axis_size, in_batched, args), (True, True)
 
-    return op
+    return _with_default_mask(op, 3)
 
 
 @functools.lru_cache(maxsize=None)
-def backward_op(scale: float, is_causal: bool, schedule: str):
-    """``(q, k, v, out, lse, dout) -> (dq, dk, dv)`` for 4-D inputs."""
+def backward_op(scale: float, is_causal: bool, schedule: str,
+                mask: _ffi.StaticMask = _ffi.NO_MASK):
+    """``(q, k, v, out, lse, dout[, mask arrays]) -> (dq, dk, dv)`` for 4-D inputs."""
 
     @custom_partitioning
-    def partitioned(q, k, v, out, lse, dout):
-        return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule)
+    def partitioned(q, k, v, out, lse, dout, *mask_arrays):
+        return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, mask=mask,
+                             mask_arrays=mask_arrays)
 
     def infer(mesh, arg_shapes, result_shape):
         batch_axes, head_axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape,
@@ -152,21 +181,24 @@ def backward_op(scale: float, is_causal: bool, schedule: str):
         seq = _seq_spec(mesh, batch_axes, head_axes)
         lse = _lse_spec(mesh, batch_axes, head_axes)
 
-        def lower(q, k, v, out, lse_, dout):
-            return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule)
+        def lower(q, k, v, out, lse_, dout, *mask_arrays):
+            return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule, mask=mask,
+                                 mask_arrays=mask_arrays)
 
-        return mesh, lower, (seq, seq, seq), (seq, seq, seq, seq, lse, seq)
+        return (mesh, lower, (seq, seq, seq),
+                (seq, seq, seq, seq, lse, seq) + _mask_specs(mesh, batch_axes))
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_BWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v, out, lse, dout):
-        return partitioned(q, k, v, out, lse, dout)
+    def op(q, k, v, out, lse, dout, q_lengths, kv_lengths, q_segments, kv_segments):
+        return partitioned(q, k, v, out, lse, dout, q_lengths, kv_lengths, q_segments,
+                           kv_segments)
 
     @op.def_vmap
     def op_vmap(axis_size, in_batched, *args):
         return _vmapped_call(op, axis_size, in_batched, args), (True, True, True)
 
-    return op
+    return _with_default_mask(op, 6)

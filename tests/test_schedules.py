@@ -402,7 +402,7 @@ def test_choose_schedule_sees_one_head_only():
     """Its arguments are one head's problem and the wave: it cannot depend on batch or heads."""
     import inspect
     params = set(inspect.signature(schedules.choose_schedule.__wrapped__).parameters)
-    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave"}
+    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave", "window"}
     with pytest.raises(TypeError):
         schedules.choose_schedule(batch=2, seq_q=64, seq_kv=64, head_dim=64, is_causal=True,
                                   wave=132)

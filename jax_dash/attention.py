@@ -181,8 +181,8 @@ def _as_array(x, name):
         return x
     try:
         return jnp.asarray(x)
-    except TypeError as exc:
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from exc
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array, got {type(x).__name__} ({x!r})") from exc
 
 
 def _check_shapes(query, key, value):

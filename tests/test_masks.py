@@ -378,3 +378,22 @@ def test_gpu_masks_bitwise_over_repetitions(schedule, head_dim):
         for _ in range(100):
             for a, b in zip(first, grad_fn(dout)):
                 np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_hidden_pairs_keep_the_ticket_order():
+    """Pairs the data hides (lengths, segments) give up their ticket without adding: the real
+    adds keep the band's order, so ascending and descending (same tickets) still give the same dQ
+    bits, and dK/dV (summed in visit order) still differ in order only, not in value."""
+    shape = (2, 300, 300, 2, 2, 256)
+    q, k, v, dout = random_inputs(14, *shape, jnp.float32)
+    mask = dict(is_causal=True, local_window_size=(150, 0),
+                query_seq_lengths=jnp.asarray([290, 170], jnp.int32),
+                key_value_seq_lengths=jnp.asarray([250, 300], jnp.int32),
+                query_segment_ids=_segments(15, 2, 300, 3),
+                key_value_segment_ids=_segments(15, 2, 300, 3))
+    grads = {s: [np.asarray(x) for x in attention_and_grads(
+        lambda q, k, v: jax_dash.attention(q, k, v, schedule=s, **mask), q, k, v, dout)]
+        for s in ("ascending", "descending")}
+    np.testing.assert_array_equal(grads["ascending"][1], grads["descending"][1])
+    np.testing.assert_allclose(grads["ascending"][2], grads["descending"][2], rtol=1e-5,
+                               atol=1e-6)

@@ -5,7 +5,13 @@
 // Vocabulary (per (batch, head), "head" below; head_linear = b * num_heads + h):
 //   Nq  = ceil(seq_q / block_m) query tiles, Nkv = ceil(seq_kv / block_n) key/value tiles.
 //   contribution (m, n): KV tile n adds its partial dQ into query tile m (only if the tile pair
-//     is active under the mask; causal is top-left: query i sees key j iff j <= i).
+//     is active under the static band of cuda/mask.h: causal, top-left, query i sees key j iff
+//     j <= i, and/or a local window i - left <= j <= i + right). The Q tiles that see a KV tile
+//     form one contiguous range [first_q_tile, end_q_tile), and so do the KV tiles a Q tile sees.
+//   data masks (lengths, segment ids) are NOT part of the schedule: tickets come from the band
+//     only. A pair the data hides is skipped (not computed) but still takes its ticket and gives it
+//     up without adding, so the order of the real adds is the band's, and deadlock freedom is the
+//     static argument below (the DAG and its edges are the band's).
 //   item: one unit of work for one CTA (a KV tile, or a pair of KV tiles for symmetric_shift).
 //     Items are numbered globally g = head_linear * items_per_head + item.
 //   wave: the wave width W = the number of items resident at once (on the GPU the persistent grid,
@@ -23,17 +29,20 @@
 //     of the head's earlier slices (lo items) come first, then the slice's in arrival order.
 //
 // Schedules (what each does, and what it becomes where its preconditions fail):
-//   ascending   item = KV tile n; visits its Q tiles m ascending; ticket = n (ascending n).
+//   ascending   item = KV tile n; visits its Q tiles m ascending (its band range); ticket = rank
+//               of n among the KV tiles tile m sees (ascending n; = n without a window).
 //               FlashAttention-3's deterministic order. Every wait is on a smaller item, so it is
 //               deadlock-free for any wave, and its tickets do not depend on the wave.
-//   descending  as ascending, but Q tiles visited descending. Same tickets (so the same dQ bits).
+//   descending  as ascending, but Q tiles visited descending (the band range from its last tile).
+//               Same tickets (so the same dQ bits). On any band every wait is on a smaller item.
 //               Causal: every item starts on the last Q tile and item j idles only ~j*r.
 //   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a slice starts
 //               on a different tile); ticket = lo + arrival rank of n at tile m among the slice's
 //               items [lo, hi), arrival ordered by (step, item). When a slice holds more items
 //               than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile at the same
 //               step and the smaller one goes first (defined, no assertion).
-//               Fallback: causal masks behave as `descending`.
+//               Fallback: causal masks, and windows that cut any tile pair (a band), behave as
+//               `descending` (the rotation needs every Q tile on every item).
 //               Tickets depend on the slices, i.e. on min(W, Nkv) (see "What the bits depend on").
 //   symmetric_shift  causal, seq_q == seq_kv, Nkv even, block_n >= block_m: item p (of Nkv/2)
 //               takes the long KV column p then the short one Nkv-1-p, so every item has (nearly)
@@ -44,8 +53,10 @@
 //               arrival order: the head's earlier slices' contributions first, then the slice's
 //               long columns (larger p first), then its short columns (larger p first).
 //               Tickets depend on the slices, i.e. on min(W, Nkv/2).
-//               Fallbacks: full mask -> `shift`; causal with odd Nkv, seq_q != seq_kv, Nkv < 2 or
-//               block_n < block_m -> `descending`.
+//               Fallbacks: full mask -> `shift` (-> `descending` on a band); causal with odd Nkv,
+//               seq_q != seq_kv, Nkv < 2, block_n < block_m, or a window that cuts the far
+//               corner tile (Nq-1, 0) (then the tile structure is no longer causal's) ->
+//               `descending`.
 //   atomic      no tickets (fp32 atomics, any order); visit order of `descending`. dq_ticket
 //               returns n, which the GPU ignores.
 // In every case the schedule enum the user asked for is kept; effective_schedule() says what the

@@ -619,6 +619,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-heads", type=int, default=None, help="GQA kv heads (default: heads)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--window", type=int, nargs=2, default=None, metavar=("LEFT", "RIGHT"),
+                        help="local_window_size (left, right): the band")
     parser.add_argument("--sms", type=int, default=int(_ext.CPU_WAVE),
                         help="resident backward CTAs = the wave width (default: the CPU kernels' "
                         f"wave, {int(_ext.CPU_WAVE)}, that of an H100/H200 SXM)")
@@ -629,20 +631,22 @@ def main(argv=None) -> int:
     try:
         problem = make_problem(batch=args.batch, num_heads=args.heads, num_kv_heads=args.kv_heads,
                                seq_q=args.seq, seq_kv=args.seq_kv or args.seq,
-                               head_dim=args.head_dim, is_causal=args.causal, wave=args.sms)
+                               head_dim=args.head_dim, is_causal=args.causal, wave=args.sms,
+                               window=None if args.window is None else tuple(args.window))
         cost = CostModel(compute=args.compute, reduce=args.reduce)
     except ValueError as exc:
         parser.error(str(exc))
     print(f"batch {problem.batch}, heads {problem.num_heads} (kv {problem.num_kv_heads}), "
           f"seq {problem.seq_q}x{problem.seq_kv}, tiles {problem.block_m}x{problem.block_n} "
           f"-> Nq {problem.num_q_tiles}, Nkv {problem.num_kv_tiles}, "
-          f"{'causal' if problem.is_causal else 'full'}, wave {problem.wave}, "
+          f"{'causal' if problem.is_causal else 'full'}"
+          f"{'' if problem.window is None else f', window {problem.window}'}, wave {problem.wave}, "
           f"c {cost.compute}, r {cost.reduce}")
     dags = [build_dag(name, problem) for name in SCHEDULE_IDS]
     results = [simulate(dag, cost=cost) for dag in dags]
     print(format_table(results))
     auto = choose_schedule(seq_q=problem.seq_q, seq_kv=problem.seq_kv, head_dim=args.head_dim,
-                           is_causal=problem.is_causal, wave=problem.wave)
+                           is_causal=problem.is_causal, wave=problem.wave, window=problem.window)
     print(f'schedule="auto" picks: {auto} (per-head rule over {", ".join(AUTO_CANDIDATES)}; '
           'see choose_schedule)')
     if args.plot:

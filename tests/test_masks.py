@@ -347,39 +347,6 @@ def test_lengths_out_of_range_keep_their_meaning():
     np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(full[1]))
 
 
-# ---- GPU (issue 13: the Hopper kernels do not implement the mask policy yet) -------------------
-
-GPU_SKIP = pytest.mark.skip(reason="GPU mask policy not in the Hopper kernels yet (issue 13)")
-
-
-@pytest.mark.gpu
-@GPU_SKIP
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
-@pytest.mark.parametrize("case", CASES)
-def test_gpu_masks_match_reference(case, head_dim, dtype):
-    shape = (2, 1000, 1000, 4, 2, head_dim)
-    with jax.default_device(jax.devices("gpu")[0]):
-        _check_against_reference(shape, _mask_args(case, 2, 1000, 1000), dtype)
-
-
-@pytest.mark.gpu
-@GPU_SKIP
-@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
-@pytest.mark.parametrize("schedule", DETERMINISTIC + ("auto",))
-def test_gpu_masks_bitwise_over_repetitions(schedule, head_dim):
-    shape = (2, 2048, 2048, 4, 2, head_dim)
-    mask = _mask_args("all", 2, 2048, 2048)
-    with jax.default_device(jax.devices("gpu")[0]):
-        q, k, v, dout = random_inputs(5, *shape, jnp.bfloat16)
-        grad_fn = jax.jit(jax.vjp(lambda q, k, v: jax_dash.attention(
-            q, k, v, schedule=schedule, **mask), q, k, v)[1])
-        first = [np.asarray(g) for g in grad_fn(dout)]
-        for _ in range(100):
-            for a, b in zip(first, grad_fn(dout)):
-                np.testing.assert_array_equal(a, np.asarray(b))
-
-
 def test_hidden_pairs_keep_the_ticket_order():
     """Pairs the data hides (lengths, segments) give up their ticket without adding: the real
     adds keep the band's order, so ascending and descending (same tickets) still give the same dQ

@@ -13,6 +13,10 @@ into a DAG and runs it:
   worker waiting for a ticket keeps its item;
 * simulation: every node finishes at ``max(previous step + compute, ticket predecessor) + reduce``.
 
+Masks: the tables come from the static band (causal and/or ``Problem.window``), so the DAG is the
+band's; ``with_hidden_pairs`` marks the pairs that data (lengths, segment ids;
+``hidden_pairs_from_data``) hides, which keep their tickets and edges and only cost a handoff.
+
 The simulation is exact for this model, reports stalls per worker and the critical path, and
 detects deadlock (steps that can never run). The costs are placeholders to be calibrated on a GPU.
 
@@ -50,9 +54,10 @@ class CostModel:
     compute: float = 1.0     # c: the five GEMMs of one (m, n) tile
     reduce: float = 0.2      # r: one ordered fp32 add of a dQ tile into dq_accum
     dkv_reduce: float = 0.4  # ordered add of a dK_n/dV_n partial across a GQA group
+    handoff: float = 0.02    # a pair the data hides: take the ticket, release it, add nothing
 
     def __post_init__(self):
-        for name in ("compute", "reduce", "dkv_reduce"):
+        for name in ("compute", "reduce", "dkv_reduce", "handoff"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"CostModel.{name}={value!r} must be a finite number >= 0")
@@ -193,6 +198,9 @@ class ScheduleDag:
     kv_tile: np.ndarray  # [items, max_steps] n of the step, -1 for padding
     ticket: np.ndarray   # [items, max_steps] ticket of the step, -1 for padding
     pred: np.ndarray     # [items, max_steps] ticket predecessor node, -1 if none
+    # [items, max_steps] dQ steps whose pair the data (lengths, segment ids) hides: not computed,
+    # the ticket only handed on (see with_hidden_pairs). None: nothing hidden.
+    hidden: np.ndarray | None = None
 
     @property
     def max_steps(self) -> int:
@@ -274,6 +282,49 @@ def build_dag(schedule: str, problem: Problem, *, num_items: int | None = None) 
                        q_tile=q_tile, kv_tile=kv_tile, ticket=ticket, pred=pred)
 
 
+def with_hidden_pairs(dag: ScheduleDag, hidden: np.ndarray) -> ScheduleDag:
+    """``dag`` with the tile pairs the data hides marked: ``hidden`` is a boolean [head_count,
+    Nq, Nkv] (head_linear = b * num_heads + h) of the (m, n) pairs that lengths or segment ids make
+    invisible in that head. Items, visit orders, tickets and edges stay the band's (tickets come
+    from the static band only); a hidden step just costs ``CostModel.handoff`` instead of compute
+    + reduce, as a kernel that skips the tile but still takes and releases its ticket. So the
+    deadlock argument of the band holds as it is, and the simulation shows what skipping saves."""
+    p = dag.problem
+    hidden = np.asarray(hidden, bool)
+    if hidden.shape != (p.head_count, p.num_q_tiles, p.num_kv_tiles):
+        raise ValueError(f"hidden has shape {hidden.shape}, expected [head_count, Nq, Nkv] = "
+                         f"{(p.head_count, p.num_q_tiles, p.num_kv_tiles)}")
+    heads = (np.arange(dag.num_items) // max(dag.items_per_head, 1))[:, None]
+    is_dq = (dag.kind == _DQ) & (dag.q_tile >= 0)
+    marked = is_dq & hidden[heads, np.maximum(dag.q_tile, 0), np.maximum(dag.kv_tile, 0)]
+    return dataclasses.replace(dag, hidden=marked)
+
+
+def hidden_pairs_from_data(problem: Problem, *, q_lengths=None, kv_lengths=None,
+                           q_segment_ids=None, kv_segment_ids=None) -> np.ndarray:
+    """[head_count, Nq, Nkv] pairs that lengths ([batch]) or segment ids ([batch, seq]) hide, by
+    the tile test of cuda/mask.h (a tile past a length, or tiles whose id ranges do not meet)."""
+    p = problem
+    nq, nkv = p.num_q_tiles, p.num_kv_tiles
+    hidden = np.zeros((p.batch, nq, nkv), bool)
+    m0 = np.arange(nq) * p.block_m
+    n0 = np.arange(nkv) * p.block_n
+    for b in range(p.batch):
+        if q_lengths is not None:
+            hidden[b] |= (m0 >= int(q_lengths[b]))[:, None]
+        if kv_lengths is not None:
+            hidden[b] |= (n0 >= int(kv_lengths[b]))[None, :]
+        if q_segment_ids is not None:
+            def ranges(ids, block, count, seq):
+                ids = np.asarray(ids[b])
+                spans = [ids[t * block:min((t + 1) * block, seq)] for t in range(count)]
+                return (np.array([x.min() for x in spans]), np.array([x.max() for x in spans]))
+            q_lo, q_hi = ranges(q_segment_ids, p.block_m, nq, p.seq_q)
+            kv_lo, kv_hi = ranges(kv_segment_ids, p.block_n, nkv, p.seq_kv)
+            hidden[b] |= (q_hi[:, None] < kv_lo[None, :]) | (kv_hi[None, :] < q_lo[:, None])
+    return np.repeat(hidden, p.num_heads, axis=0)
+
+
 def _link_tickets(pred, node, mask, counter, ticket, num_counters, tickets_per_counter):
     """pred[x] = the node with the same counter and ticket[x] - 1 (among ``mask``)."""
     key = counter[mask].astype(np.int64) * tickets_per_counter + ticket[mask]
@@ -337,9 +388,7 @@ def simulate(dag: ScheduleDag, *, workers: int | None = None,
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     num_items, max_steps = dag.kind.shape
-    real = dag.kv_tile >= 0
-    compute = np.where(real & (dag.kind == _DQ), cost.compute, 0.0)
-    reduce = np.where(real, np.where(dag.kind == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
+    compute, reduce = _cost_arrays(dag, cost)
     total = np.cumsum(compute + reduce, axis=1)  # S[s]: work up to and including step s
     work = total[:, -1]
     has_pred = dag.pred >= 0
@@ -601,11 +650,20 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
     plt.close(fig)
 
 
+def _cost_arrays(dag, cost):
+    """[items, max_steps] compute and reduce cost of every node (hidden pairs: a handoff)."""
+    real = dag.kv_tile >= 0
+    compute = np.where(real & (dag.kind == _DQ), cost.compute, 0.0)
+    reduce = np.where(real, np.where(dag.kind == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
+    if dag.hidden is not None:
+        compute = np.where(dag.hidden, 0.0, compute)
+        reduce = np.where(dag.hidden, cost.handoff, reduce)
+    return compute, reduce
+
+
 def _step_costs(dag, g, cost):
-    real = dag.kv_tile[g] >= 0
-    c = np.where(real & (dag.kind[g] == _DQ), cost.compute, 0.0)
-    r = np.where(real, np.where(dag.kind[g] == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
-    return c + r
+    compute, reduce = _cost_arrays(dag, cost)
+    return compute[g] + reduce[g]
 
 
 def main(argv=None) -> int:

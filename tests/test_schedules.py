@@ -644,3 +644,37 @@ def test_band_visits_fewer_tiles_than_causal():
 def test_bad_window_is_named():
     with pytest.raises(ValueError, match=r"window=\(-1, 3\) must be None or a \(left, right\)"):
         band_problem(64, 64, causal=False, window=(-1, 3), wave=1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_hidden_pairs_keep_edges_never_deadlock_and_save_time(causal):
+    """Pairs that lengths and segment ids hide keep their tickets (the DAG's edges and items are
+    the band's) and only cost a handoff: every schedule still runs every step for every wave,
+    and on these shapes skipping does not lengthen the simulated makespan."""
+    rng = np.random.default_rng(0)
+    for wave in (1, 3, 8, 40):
+        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
+                         batch=3, kv_heads=1)
+        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
+        hidden = schedules.hidden_pairs_from_data(
+            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
+            kv_segment_ids=ids)
+        assert hidden.shape == (6, p.num_q_tiles, p.num_kv_tiles) and hidden.any()
+        np.testing.assert_array_equal(hidden[0], hidden[1])  # per batch row, for every head
+        for name in ALL:
+            dag = schedules.build_dag(name, p)
+            masked = schedules.with_hidden_pairs(dag, hidden)
+            np.testing.assert_array_equal(masked.pred, dag.pred)
+            assert masked.hidden.any()
+            full, skipped = schedules.simulate(dag), schedules.simulate(masked)
+            assert not skipped.deadlocked, (name, wave, causal)
+            assert not np.isnan(skipped.finish[masked.kv_tile >= 0]).any()
+            assert skipped.makespan <= full.makespan + 1e-9, (name, wave)
+            assert skipped.work_bound < full.work_bound
+
+
+def test_hidden_pairs_shape_is_checked():
+    p = band_problem(256, 256, causal=True, window=None, wave=4)
+    with pytest.raises(ValueError, match=r"hidden has shape \(1, 2, 2\), expected"):
+        schedules.with_hidden_pairs(schedules.build_dag("descending", p),
+                                    np.zeros((1, 2, 2), bool))

@@ -2,13 +2,13 @@
 // later, the GPU mainloops. __host__ __device__, no allocation, no pointers it owns.
 //
 // Query i of batch row b sees key j iff all of these hold (each part optional):
-//   band      j - right <= i ... written as  -right <= i - j <= left, where
-//               causal (top-left, as jax.nn.dot_product_attention):  i - j >= 0
-//               local_window_size (left, right):                     i - left <= j <= i + right
-//             both together: max(-right, 0) ... i.e. right becomes min(right, 0) under causal;
+//   band      -band_right <= i - j <= band_left, where
+//               causal (top-left, as jax.nn.dot_product_attention) gives i - j >= 0,
+//               local_window_size (left, right) gives i - left <= j <= i + right,
+//             and both together: band_left = left, band_right = min(right, 0);
 //   lengths   i < query_seq_lengths[b] and j < key_value_seq_lengths[b];
 //   segments  query_segment_ids[b, i] == key_value_segment_ids[b, j];
-//   and j < seq_kv, i < seq_q (the tensors' extents).
+//   and i < seq_q, j < seq_kv (the tensors' extents).
 // The band is static (a compile-time property of the call: is_causal and the window); lengths and
 // segments are data, known per batch row only at run time.
 //

@@ -96,13 +96,11 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
                                                  batch, unbatched, seq_q, seq_kv)
     has_lengths = q_lengths is not None or kv_lengths is not None
     has_segments = q_segments is not None
-    if has_lengths:
-        if q_lengths is None:
-            q_lengths = jnp.full((batch,), seq_q, jnp.int32)
-        if kv_lengths is None:
-            kv_lengths = jnp.full((batch,), seq_kv, jnp.int32)
-    else:
+    # The kernels always take all four operands; absent ones mean "no mask" (full lengths, one
+    # segment), and the static flags tell the kernels whether to read them.
+    if q_lengths is None:
         q_lengths = jnp.full((batch,), seq_q, jnp.int32)
+    if kv_lengths is None:
         kv_lengths = jnp.full((batch,), seq_kv, jnp.int32)
     if not has_segments:
         q_segments = jnp.zeros((batch, seq_q), jnp.int32)

@@ -131,7 +131,7 @@ void fill_row_spans(const MaskPolicy& mask, TileVisibility visibility, int64_t r
     }
     spans.begin[r] = first;
     spans.end[r] = last;
-    if (!spans.use_keep) continue;
+    if (!spans.use_keep || last <= first) continue;  // (padding rows have no segment id)
     const int32_t query_segment = mask.row.q_segment_ids[i];
     for (int64_t c = first; c < last; ++c)
       spans.keep[r * cols + c] = mask.row.kv_segment_ids[col0 + c] == query_segment;

@@ -23,11 +23,20 @@ namespace jax_dash {
 constexpr int32_t kCpuWave = 132;
 
 static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                             ffi::Buffer<ffi::F32> scale, bool is_causal,
+                             ffi::Buffer<ffi::S32> q_seq_lengths,
+                             ffi::Buffer<ffi::S32> kv_seq_lengths,
+                             ffi::Buffer<ffi::S32> q_segment_ids,
+                             ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                             bool is_causal, int64_t window_left, int64_t window_right,
+                             float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
                              ffi::Result<ffi::AnyBuffer> out,
                              ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
+                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
+                          has_segment_ids};
+  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_buffer("out", *out, {p.batch, p.seq_q, p.num_heads, p.head_dim},
                                   q.element_type(), "the query's");
       e.failure())
@@ -51,13 +60,23 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
 
 static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                              ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                             ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule, bool f32_grads,
+                             ffi::Buffer<ffi::S32> q_seq_lengths,
+                             ffi::Buffer<ffi::S32> kv_seq_lengths,
+                             ffi::Buffer<ffi::S32> q_segment_ids,
+                             ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                             bool is_causal, int64_t window_left, int64_t window_right,
+                             float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+                             int32_t schedule, bool f32_grads,
                              ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                              ffi::Result<ffi::AnyBuffer> dv,
                              ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                              ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
+                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
+                          has_segment_ids};
+  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
                                        &*workspace_i32, &p, f32_grads);
@@ -81,8 +100,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCpu, jax_dash::FwdCpuImpl,
                                   .Arg<ffi::AnyBuffer>()          // query
                                   .Arg<ffi::AnyBuffer>()          // key
                                   .Arg<ffi::AnyBuffer>()          // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Attr<bool>("is_causal")        // top-left causal mask
+                                  .Attr<int64_t>("window_left")   // -1: no window limit
+                                  .Attr<int64_t>("window_right")  // -1: no window limit
+                                  .Attr<float>("logits_soft_cap")  // 0: no cap
+                                  .Attr<bool>("has_seq_lengths")  // lengths operands used
+                                  .Attr<bool>("has_segment_ids")  // segment operands used
                                   .Ret<ffi::AnyBuffer>()          // out
                                   .Ret<ffi::Buffer<ffi::F32>>()   // lse
 );
@@ -95,8 +123,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Arg<ffi::AnyBuffer>()          // out
                                   .Arg<ffi::Buffer<ffi::F32>>()   // lse
                                   .Arg<ffi::AnyBuffer>()          // dout
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Attr<bool>("is_causal")        // top-left causal mask
+                                  .Attr<int64_t>("window_left")   // -1: no window limit
+                                  .Attr<int64_t>("window_right")  // -1: no window limit
+                                  .Attr<float>("logits_soft_cap")  // 0: no cap
+                                  .Attr<bool>("has_seq_lengths")  // lengths operands used
+                                  .Attr<bool>("has_segment_ids")  // segment operands used
                                   .Attr<int32_t>("schedule")      // jax_dash::Schedule
                                   .Attr<bool>("f32_grads")        // dq, dk, dv in float32
                                   .Ret<ffi::AnyBuffer>()          // dq

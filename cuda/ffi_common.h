@@ -3,6 +3,7 @@
 #pragma once
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -153,6 +154,62 @@ inline ffi::Error describe_problem(const ffi::AnyBuffer& q, const ffi::AnyBuffer
   P.q = q.untyped_data();
   P.k = k.untyped_data();
   P.v = v.untyped_data();
+  return ffi::Error::Success();
+}
+
+// The mask operands and attributes beyond is_causal (cuda/mask.h). The lengths and segment-id
+// operands are always passed (the FFI has no optional operands); has_seq_lengths and
+// has_segment_ids say whether they mean anything. window_left / window_right: -1 = no limit on
+// that side. logits_soft_cap: 0 = none.
+struct MaskOperands {
+  const ffi::Buffer<ffi::S32>* q_seq_lengths;   // [batch]
+  const ffi::Buffer<ffi::S32>* kv_seq_lengths;  // [batch]
+  const ffi::Buffer<ffi::S32>* q_segment_ids;   // [batch, seq_q]
+  const ffi::Buffer<ffi::S32>* kv_segment_ids;  // [batch, seq_kv]
+  int64_t window_left;
+  int64_t window_right;
+  float logits_soft_cap;
+  bool has_seq_lengths;
+  bool has_segment_ids;
+};
+
+// Checks the mask operands against p's shapes and fills p's mask fields.
+inline ffi::Error describe_mask(const MaskOperands& m, AttentionParams* p) {
+  for (const auto& [name, buffer] :
+       {std::pair<const char*, const ffi::Buffer<ffi::S32>*>{"query_seq_lengths",
+                                                            m.q_seq_lengths},
+        {"key_value_seq_lengths", m.kv_seq_lengths}})
+    if (!has_dims(buffer->dimensions(), {p->batch}))
+      return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has shape " +
+                                         dims_string(buffer->dimensions()) +
+                                         ", expected [batch] = " + dims_string({p->batch}));
+  if (!has_dims(m.q_segment_ids->dimensions(), {p->batch, p->seq_q}))
+    return ffi::Error::InvalidArgument("jax_dash: query_segment_ids has shape " +
+                                       dims_string(m.q_segment_ids->dimensions()) +
+                                       ", expected [batch, seq_q] = " +
+                                       dims_string({p->batch, p->seq_q}));
+  if (!has_dims(m.kv_segment_ids->dimensions(), {p->batch, p->seq_kv}))
+    return ffi::Error::InvalidArgument("jax_dash: key_value_segment_ids has shape " +
+                                       dims_string(m.kv_segment_ids->dimensions()) +
+                                       ", expected [batch, seq_kv] = " +
+                                       dims_string({p->batch, p->seq_kv}));
+  if (m.window_left < -1 || m.window_right < -1 || m.window_left >= kUnboundedBand ||
+      m.window_right >= kUnboundedBand)
+    return ffi::Error::InvalidArgument(
+        "jax_dash: window_left=" + std::to_string(m.window_left) + ", window_right=" +
+        std::to_string(m.window_right) + ": each must be >= 0, or -1 for no limit");
+  if (!(std::isfinite(m.logits_soft_cap) && m.logits_soft_cap >= 0.0f))
+    return ffi::Error::InvalidArgument("jax_dash: logits_soft_cap=" +
+                                       std::to_string(m.logits_soft_cap) +
+                                       " must be finite and > 0 (0 = no cap)");
+  p->has_window = m.window_left >= 0 || m.window_right >= 0;
+  p->window_left = m.window_left >= 0 ? m.window_left : kUnboundedBand;
+  p->window_right = m.window_right >= 0 ? m.window_right : kUnboundedBand;
+  p->logits_soft_cap = m.logits_soft_cap;
+  p->q_seq_lengths = m.has_seq_lengths ? m.q_seq_lengths->typed_data() : nullptr;
+  p->kv_seq_lengths = m.has_seq_lengths ? m.kv_seq_lengths->typed_data() : nullptr;
+  p->q_segment_ids = m.has_segment_ids ? m.q_segment_ids->typed_data() : nullptr;
+  p->kv_segment_ids = m.has_segment_ids ? m.kv_segment_ids->typed_data() : nullptr;
   return ffi::Error::Success();
 }
 

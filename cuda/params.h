@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/mask.h"
 #include "cuda/schedule.h"
 #include "cuda/tiles.h"
 
@@ -15,6 +16,8 @@ enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 //   q, out, dout, dq : [batch, seq_q,  num_heads,    head_dim]  (dq, dk, dv in grad_dtype)
 //   k, v, dk, dv     : [batch, seq_kv, num_kv_heads, head_dim]
 //   lse              : [batch, num_heads, seq_q]  (float32, natural log)
+//   q_seq_lengths, kv_seq_lengths : [batch] int32;  q_segment_ids : [batch, seq_q] int32;
+//   kv_segment_ids : [batch, seq_kv] int32 (nullptr when the call has none)
 struct AttentionParams {
   int64_t batch;
   int64_t seq_q;
@@ -33,6 +36,17 @@ struct AttentionParams {
   TileConfig tiles;
   int32_t wave;  // backward work items resident at once (the schedules' wave width)
 
+  // The mask beyond is_causal (cuda/mask.h). Zero-initialized = none of it, so code that fills
+  // the struct field by field without knowing these gets a full or causal mask.
+  bool has_window;
+  int64_t window_left;     // key j >= i - window_left  (kUnboundedBand: no limit on that side)
+  int64_t window_right;    // key j <= i + window_right
+  float logits_soft_cap;   // > 0: logits = cap * tanh(scale * q.k / cap); 0: no cap
+  const int32_t* q_seq_lengths;   // queries i >= q_seq_lengths[b] see nothing
+  const int32_t* kv_seq_lengths;  // keys j >= kv_seq_lengths[b] are seen by none
+  const int32_t* q_segment_ids;   // query i sees key j only if the ids are equal
+  const int32_t* kv_segment_ids;
+
   const void* q;
   const void* k;
   const void* v;
@@ -47,6 +61,31 @@ struct AttentionParams {
   float* workspace_f32;    // laid out by bwd_workspace_layout()
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 };
+
+// The static band of the call.
+JAX_DASH_HD inline MaskBand mask_band(const AttentionParams& p) {
+  MaskBand band{};
+  band.seq_q = p.seq_q;
+  band.seq_kv = p.seq_kv;
+  band.is_causal = p.is_causal;
+  band.has_window = p.has_window;
+  band.window_left = p.window_left;
+  band.window_right = p.window_right;
+  return band;
+}
+
+// The whole mask of batch row b: the band and that row's lengths and segment ids.
+JAX_DASH_HD inline MaskPolicy mask_policy(const AttentionParams& p, int64_t b) {
+  MaskPolicy policy{};
+  policy.band = mask_band(p);
+  policy.row.q_length = p.q_seq_lengths != nullptr ? p.q_seq_lengths[b] : p.seq_q;
+  policy.row.kv_length = p.kv_seq_lengths != nullptr ? p.kv_seq_lengths[b] : p.seq_kv;
+  if (p.q_segment_ids != nullptr) {
+    policy.row.q_segment_ids = p.q_segment_ids + b * p.seq_q;
+    policy.row.kv_segment_ids = p.kv_segment_ids + b * p.seq_kv;
+  }
+  return policy;
+}
 
 // Offsets (in elements) of the backward workspace regions. Every size is batch * (per-sequence
 // size), so a buffer sized for one batch stacks linearly under vmap.

@@ -5,7 +5,13 @@
 // Vocabulary (per (batch, head), "head" below; head_linear = b * num_heads + h):
 //   Nq  = ceil(seq_q / block_m) query tiles, Nkv = ceil(seq_kv / block_n) key/value tiles.
 //   contribution (m, n): KV tile n adds its partial dQ into query tile m (only if the tile pair
-//     is active under the mask; causal is top-left: query i sees key j iff j <= i).
+//     is active under the static band of cuda/mask.h: causal, top-left, query i sees key j iff
+//     j <= i, and/or a local window i - left <= j <= i + right). The Q tiles that see a KV tile
+//     form one contiguous range [first_q_tile, end_q_tile), and so do the KV tiles a Q tile sees.
+//   data masks (lengths, segment ids) are NOT part of the schedule: tickets come from the band
+//     only. A pair the data hides is skipped (not computed) but still takes its ticket and gives it
+//     up without adding, so the order of the real adds is the band's, and deadlock freedom is the
+//     static argument below (the DAG and its edges are the band's).
 //   item: one unit of work for one CTA (a KV tile, or a pair of KV tiles for symmetric_shift).
 //     Items are numbered globally g = head_linear * items_per_head + item.
 //   wave: the wave width W = the number of items resident at once (on the GPU the persistent grid,
@@ -23,17 +29,20 @@
 //     of the head's earlier slices (lo items) come first, then the slice's in arrival order.
 //
 // Schedules (what each does, and what it becomes where its preconditions fail):
-//   ascending   item = KV tile n; visits its Q tiles m ascending; ticket = n (ascending n).
+//   ascending   item = KV tile n; visits its Q tiles m ascending (its band range); ticket = rank
+//               of n among the KV tiles tile m sees (ascending n; = n without a window).
 //               FlashAttention-3's deterministic order. Every wait is on a smaller item, so it is
 //               deadlock-free for any wave, and its tickets do not depend on the wave.
-//   descending  as ascending, but Q tiles visited descending. Same tickets (so the same dQ bits).
+//   descending  as ascending, but Q tiles visited descending (the band range from its last tile).
+//               Same tickets (so the same dQ bits). On any band every wait is on a smaller item.
 //               Causal: every item starts on the last Q tile and item j idles only ~j*r.
 //   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a slice starts
 //               on a different tile); ticket = lo + arrival rank of n at tile m among the slice's
 //               items [lo, hi), arrival ordered by (step, item). When a slice holds more items
 //               than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile at the same
 //               step and the smaller one goes first (defined, no assertion).
-//               Fallback: causal masks behave as `descending`.
+//               Fallback: causal masks, and windows that cut any tile pair (a band), behave as
+//               `descending` (the rotation needs every Q tile on every item).
 //               Tickets depend on the slices, i.e. on min(W, Nkv) (see "What the bits depend on").
 //   symmetric_shift  causal, seq_q == seq_kv, Nkv even, block_n >= block_m: item p (of Nkv/2)
 //               takes the long KV column p then the short one Nkv-1-p, so every item has (nearly)
@@ -44,8 +53,10 @@
 //               arrival order: the head's earlier slices' contributions first, then the slice's
 //               long columns (larger p first), then its short columns (larger p first).
 //               Tickets depend on the slices, i.e. on min(W, Nkv/2).
-//               Fallbacks: full mask -> `shift`; causal with odd Nkv, seq_q != seq_kv, Nkv < 2 or
-//               block_n < block_m -> `descending`.
+//               Fallbacks: full mask -> `shift` (-> `descending` on a band); causal with odd Nkv,
+//               seq_q != seq_kv, Nkv < 2, block_n < block_m, or a window that cuts the far
+//               corner tile (Nq-1, 0) (then the tile structure is no longer causal's) ->
+//               `descending`.
 //   atomic      no tickets (fp32 atomics, any order); visit order of `descending`. dq_ticket
 //               returns n, which the GPU ignores.
 // In every case the schedule enum the user asked for is kept; effective_schedule() says what the
@@ -90,6 +101,7 @@
 #include <cstdint>
 
 #include "cuda/compat.h"
+#include "cuda/mask.h"
 
 namespace jax_dash {
 
@@ -112,7 +124,23 @@ struct ScheduleProblem {
   int32_t num_heads;  // (batch * heads): number of independent heads of work
   int32_t wave;       // items resident at once; values < 1 are treated as 1
   Schedule schedule;
+  // The static band beyond causal (cuda/mask.h): zero-initialized = no window.
+  bool has_window;
+  int64_t window_left;   // key j >= i - window_left
+  int64_t window_right;  // key j <= i + window_right
 };
+
+// The static mask of the problem (extents, causal, window): what tickets are built on.
+JAX_DASH_HD inline MaskBand mask_band(const ScheduleProblem& p) {
+  MaskBand band{};
+  band.seq_q = p.seq_q;
+  band.seq_kv = p.seq_kv;
+  band.is_causal = p.is_causal;
+  band.has_window = p.has_window;
+  band.window_left = p.window_left;
+  band.window_right = p.window_right;
+  return band;
+}
 
 // Fills Nq and Nkv from the sequence lengths and tile sizes.
 JAX_DASH_HD inline ScheduleProblem problem_from_lengths(int64_t seq_q, int64_t seq_kv,
@@ -133,26 +161,43 @@ JAX_DASH_HD inline ScheduleProblem problem_from_lengths(int64_t seq_q, int64_t s
   return p;
 }
 
-// Is tile pair (m, n) touched by the mask? Top-left causal: query i sees key j iff j <= i.
+// Is tile pair (m, n) touched by the static band? Some real query row of tile m sees some real
+// key of tile n (rows past seq_q and keys past seq_kv do not count).
 JAX_DASH_HD inline bool tile_active(const ScheduleProblem& p, int m, int n) {
-  if (!p.is_causal) return true;
-  const int64_t last_q = static_cast<int64_t>(m + 1) * p.block_m - 1;  // last row of tile m
-  return static_cast<int64_t>(n) * p.block_n <= last_q;
+  return mask_band(p).tile(static_cast<int64_t>(m) * p.block_m, p.block_m,
+                           static_cast<int64_t>(n) * p.block_n, p.block_n) !=
+         TileVisibility::kInvisible;
 }
 
-// Q tiles that see KV tile n form the suffix [first_q_tile(n), Nq).
+// Q tiles that see KV tile n form the contiguous range [first_q_tile(n), end_q_tile(n)) (the
+// band is a diagonal strip, cuda/mask.h); empty ranges are [Nq, Nq). Causal without a window:
+// the suffix [first_q_tile(n), Nq).
 JAX_DASH_HD inline int first_q_tile(const ScheduleProblem& p, int n) {
-  if (!p.is_causal) return 0;
-  const int64_t first = (static_cast<int64_t>(n) * p.block_n) / p.block_m;
-  return first < p.num_q_tiles ? static_cast<int>(first) : p.num_q_tiles;
+  const TileRange r = band_q_tiles(mask_band(p), p.block_m, p.block_n, n);
+  return r.first < r.end ? r.first : p.num_q_tiles;
 }
 
-// KV tiles seen by Q tile m form the prefix [0, num_kv_tiles_seen(m)).
+JAX_DASH_HD inline int end_q_tile(const ScheduleProblem& p, int n) {
+  const TileRange r = band_q_tiles(mask_band(p), p.block_m, p.block_n, n);
+  return r.first < r.end ? r.end : p.num_q_tiles;
+}
+
+// KV tiles seen by Q tile m form the range [first_kv_tile(m), first_kv_tile(m) +
+// num_kv_tiles_seen(m)); causal without a window: the prefix [0, num_kv_tiles_seen(m)).
+JAX_DASH_HD inline int first_kv_tile(const ScheduleProblem& p, int m) {
+  const TileRange r = band_kv_tiles(mask_band(p), p.block_m, p.block_n, m);
+  return r.first < r.end ? r.first : 0;
+}
+
 JAX_DASH_HD inline int num_kv_tiles_seen(const ScheduleProblem& p, int m) {
-  if (!p.is_causal) return p.num_kv_tiles;
-  const int64_t last_q = static_cast<int64_t>(m + 1) * p.block_m - 1;
-  const int64_t seen = last_q / p.block_n + 1;
-  return seen < p.num_kv_tiles ? static_cast<int>(seen) : p.num_kv_tiles;
+  const TileRange r = band_kv_tiles(mask_band(p), p.block_m, p.block_n, m);
+  return r.first < r.end ? r.end - r.first : 0;
+}
+
+// Does every tile pair take part (no tile is cut away by the band)? With the band's
+// monotonicity the two far corners decide.
+JAX_DASH_HD inline bool band_covers_all_tiles(const ScheduleProblem& p) {
+  return tile_active(p, p.num_q_tiles - 1, 0) && tile_active(p, 0, p.num_kv_tiles - 1);
 }
 
 JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 ? 1 : p.wave; }
@@ -162,18 +207,26 @@ JAX_DASH_HD inline int wave_width(const ScheduleProblem& p) { return p.wave < 1 
 // symmetric_shift's pairing needs equal-length causal columns that pair up: Nkv even, square
 // causal mask, and first_q_tile strictly increasing (block_n >= block_m) so that a slice's items
 // are on distinct Q tiles at every step.
+// A window must cut no tile pair that causal keeps (the far corner (Nq-1, 0) decides), so that the
+// tile structure is exactly causal's.
 JAX_DASH_HD inline bool symmetric_shift_applies(const ScheduleProblem& p) {
   return p.is_causal && p.seq_q == p.seq_kv && p.num_kv_tiles >= 2 && p.num_kv_tiles % 2 == 0 &&
-         p.block_n >= p.block_m;
+         p.block_n >= p.block_m && tile_active(p, p.num_q_tiles - 1, 0);
+}
+
+// shift's rotation needs every Q tile on every item: a full mask whose window (if any) cuts no
+// tile pair.
+JAX_DASH_HD inline bool shift_applies(const ScheduleProblem& p) {
+  return !p.is_causal && band_covers_all_tiles(p);
 }
 
 // The schedule the functions below implement for this problem (see the header comment).
 JAX_DASH_HD inline Schedule effective_schedule(const ScheduleProblem& p) {
   switch (p.schedule) {
     case Schedule::kShift:
-      return p.is_causal ? Schedule::kDescending : Schedule::kShift;
+      return shift_applies(p) ? Schedule::kShift : Schedule::kDescending;
     case Schedule::kSymmetricShift:
-      if (!p.is_causal) return Schedule::kShift;
+      if (!p.is_causal) return shift_applies(p) ? Schedule::kShift : Schedule::kDescending;
       return symmetric_shift_applies(p) ? Schedule::kSymmetricShift : Schedule::kDescending;
     case Schedule::kAscending:
     case Schedule::kDescending:
@@ -228,7 +281,7 @@ JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int /*head*/, 
 
 // Number of Q tiles that KV tile n visits (the same for every schedule).
 JAX_DASH_HD inline int q_visit_count(const ScheduleProblem& p, int /*head*/, int n) {
-  return p.num_q_tiles - first_q_tile(p, n);
+  return end_q_tile(p, n) - first_q_tile(p, n);
 }
 
 // The step-th Q tile that KV tile n of head `head` visits (step < q_visit_count).
@@ -251,7 +304,7 @@ JAX_DASH_HD inline int q_visit_tile(const ScheduleProblem& p, int /*head*/, int 
     case Schedule::kAtomic:
       break;
   }
-  return nq - 1 - step;
+  return end_q_tile(p, n) - 1 - step;
 }
 
 // ---- tickets ----------------------------------------------------------------------------------
@@ -324,7 +377,7 @@ JAX_DASH_HD inline int dq_ticket(const ScheduleProblem& p, int head, int m, int 
     case Schedule::kAtomic:
       break;
   }
-  return n;
+  return n - first_kv_tile(p, m);  // ascending n over the KV tiles m sees
 }
 
 // Order of the GQA dK/dV reduction: query head `head_in_group` of its group adds its partial

@@ -26,7 +26,8 @@ Int32Array to_numpy(std::vector<int32_t>&& values, std::initializer_list<size_t>
 }
 
 ScheduleProblem checked_problem(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
-                                int32_t block_n, bool is_causal, int32_t num_heads, int32_t wave) {
+                                int32_t block_n, bool is_causal, int32_t num_heads, int32_t wave,
+                                int64_t window_left, int64_t window_right) {
   if (schedule < 0 || schedule > static_cast<int32_t>(Schedule::kAtomic))
     throw nb::value_error(("schedule=" + std::to_string(schedule) +
                            " is not a Schedule enum value (0..4)").c_str());
@@ -40,16 +41,26 @@ ScheduleProblem checked_problem(int32_t schedule, int64_t seq_q, int64_t seq_kv,
     throw nb::value_error(("num_heads=" + std::to_string(num_heads) + " must be >= 1").c_str());
   if (wave < 1)
     throw nb::value_error(("wave=" + std::to_string(wave) + " must be >= 1").c_str());
-  return problem_from_lengths(seq_q, seq_kv, block_m, block_n, is_causal, num_heads, wave,
-                              static_cast<Schedule>(schedule));
+  if (window_left < -1 || window_right < -1 || window_left >= kUnboundedBand ||
+      window_right >= kUnboundedBand)
+    throw nb::value_error(("window_left=" + std::to_string(window_left) + ", window_right=" +
+                           std::to_string(window_right) +
+                           ": each must be >= 0 (and < 2**40), or -1 for no limit")
+                              .c_str());
+  ScheduleProblem p = problem_from_lengths(seq_q, seq_kv, block_m, block_n, is_causal, num_heads,
+                                           wave, static_cast<Schedule>(schedule));
+  p.has_window = window_left >= 0 || window_right >= 0;
+  p.window_left = window_left >= 0 ? window_left : kUnboundedBand;
+  p.window_right = window_right >= 0 ? window_right : kUnboundedBand;
+  return p;
 }
 
 // Everything schedule.h says about one head (head_linear = b * num_heads + h).
 nb::dict head_tables(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
                      int32_t block_n, bool is_causal, int32_t num_heads, int32_t wave,
-                     int32_t head) {
-  const ScheduleProblem p =
-      checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal, num_heads, wave);
+                     int32_t head, int64_t window_left, int64_t window_right) {
+  const ScheduleProblem p = checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal,
+                                            num_heads, wave, window_left, window_right);
   if (head < 0 || head >= num_heads)
     throw nb::value_error(("head=" + std::to_string(head) + " must be in [0, num_heads=" +
                            std::to_string(num_heads) + ")").c_str());
@@ -74,7 +85,13 @@ nb::dict head_tables(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t bl
       visit[n * nq + step] = q_visit_tile(p, head, static_cast<int>(n), step);
   }
   std::vector<int32_t> ticket(nq * nkv, -1), ticket_count(nq);  // (m, n); -1 = masked
+  std::vector<int32_t> kv_first(nq), q_first(nkv), q_end(nkv);
+  for (size_t n = 0; n < nkv; ++n) {
+    q_first[n] = first_q_tile(p, static_cast<int>(n));
+    q_end[n] = end_q_tile(p, static_cast<int>(n));
+  }
   for (size_t m = 0; m < nq; ++m) {
+    kv_first[m] = first_kv_tile(p, static_cast<int>(m));
     ticket_count[m] = dq_ticket_count(p, static_cast<int>(m));
     for (size_t n = 0; n < nkv; ++n)
       if (tile_active(p, static_cast<int>(m), static_cast<int>(n)))
@@ -93,15 +110,18 @@ nb::dict head_tables(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t bl
   out["visit_count"] = to_numpy(std::move(visit_count), {nkv});
   out["ticket"] = to_numpy(std::move(ticket), {nq, nkv});
   out["ticket_count"] = to_numpy(std::move(ticket_count), {nq});
+  out["first_kv_tile"] = to_numpy(std::move(kv_first), {nq});
+  out["first_q_tile"] = to_numpy(std::move(q_first), {nkv});
+  out["end_q_tile"] = to_numpy(std::move(q_end), {nkv});
   return out;
 }
 
 // dkv_ticket for every (head_in_group, n): shape (group_size, Nkv).
 Int32Array dkv_tickets(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
                        int32_t block_n, bool is_causal, int32_t num_heads, int32_t wave,
-                       int32_t group_size) {
-  const ScheduleProblem p =
-      checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal, num_heads, wave);
+                       int32_t group_size, int64_t window_left, int64_t window_right) {
+  const ScheduleProblem p = checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal,
+                                            num_heads, wave, window_left, window_right);
   if (group_size < 1)
     throw nb::value_error(("group_size=" + std::to_string(group_size) + " must be >= 1").c_str());
   const size_t nkv = static_cast<size_t>(p.num_kv_tiles);
@@ -114,9 +134,10 @@ Int32Array dkv_tickets(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t 
 
 // What a head's schedule is without its tables: (effective schedule id, items_per_head). O(1).
 nb::tuple schedule_summary(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
-                           int32_t block_n, bool is_causal, int32_t wave) {
-  const ScheduleProblem p =
-      checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal, 1, wave);
+                           int32_t block_n, bool is_causal, int32_t wave, int64_t window_left,
+                           int64_t window_right) {
+  const ScheduleProblem p = checked_problem(schedule, seq_q, seq_kv, block_m, block_n, is_causal,
+                                            1, wave, window_left, window_right);
   return nb::make_tuple(static_cast<int32_t>(effective_schedule(p)), items_per_head(p));
 }
 
@@ -125,15 +146,18 @@ nb::tuple schedule_summary(int32_t schedule, int64_t seq_q, int64_t seq_kv, int3
 void bind_schedules(nb::module_& m) {
   m.def("schedule_head_tables", &head_tables, nb::arg("schedule"), nb::arg("seq_q"),
         nb::arg("seq_kv"), nb::arg("block_m"), nb::arg("block_n"), nb::arg("is_causal"),
-        nb::arg("num_heads"), nb::arg("wave"), nb::arg("head"),
-        "schedule.h for one head: items, visit orders, dQ tickets and wave slices (numpy int32).");
+        nb::arg("num_heads"), nb::arg("wave"), nb::arg("head"), nb::arg("window_left") = -1,
+        nb::arg("window_right") = -1,
+        "schedule.h for one head: items, visit orders, dQ tickets and wave slices (numpy int32); "
+        "window_left/right: the local window's sides (-1 = no limit).");
   m.def("schedule_dkv_tickets", &dkv_tickets, nb::arg("schedule"), nb::arg("seq_q"),
         nb::arg("seq_kv"), nb::arg("block_m"), nb::arg("block_n"), nb::arg("is_causal"),
         nb::arg("num_heads"), nb::arg("wave"), nb::arg("group_size"),
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
         "dkv_ticket(head_in_group, n) as a (group_size, Nkv) int32 array.");
   m.def("schedule_summary", &schedule_summary, nb::arg("schedule"), nb::arg("seq_q"),
         nb::arg("seq_kv"), nb::arg("block_m"), nb::arg("block_n"), nb::arg("is_causal"),
-        nb::arg("wave"),
+        nb::arg("wave"), nb::arg("window_left") = -1, nb::arg("window_right") = -1,
         "(effective schedule id, items_per_head) of one head, without building its tables.");
 }
 

@@ -7,6 +7,8 @@ ring's devices) runs once per element (``vmap_method="sequential"``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,29 +81,66 @@ def _unify_varying(*arrays):
                  for x in arrays)
 
 
-def fwd_call(q, k, v, scale, is_causal: bool):
+@dataclasses.dataclass(frozen=True)
+class StaticMask:
+    """The static part of the mask beyond ``is_causal`` (validated in ``attention.py``), and
+    whether the call's length and segment-id operands mean anything. Hashable: it keys the cached
+    ops of ``sharding.py``."""
+
+    window: tuple[int, int] | None = None    # (left, right), both >= 0
+    logits_soft_cap: float | None = None     # > 0
+    has_seq_lengths: bool = False
+    has_segment_ids: bool = False
+
+    def attributes(self) -> dict:
+        left, right = self.window if self.window is not None else (-1, -1)
+        return dict(window_left=np.int64(left), window_right=np.int64(right),
+                    logits_soft_cap=np.float32(self.logits_soft_cap or 0.0),
+                    has_seq_lengths=bool(self.has_seq_lengths),
+                    has_segment_ids=bool(self.has_segment_ids))
+
+
+NO_MASK = StaticMask()
+
+
+def default_mask_arrays(q, k):
+    """The four mask operands of a call without lengths or segments: full lengths, segment 0.
+    The FFI has no optional operands, so they are always passed (``has_seq_lengths`` /
+    ``has_segment_ids`` say whether the kernel reads them)."""
+    batch, seq_q, seq_kv = q.shape[0], q.shape[1], k.shape[1]
+    return (jnp.full((batch,), seq_q, jnp.int32), jnp.full((batch,), seq_kv, jnp.int32),
+            jnp.zeros((batch, seq_q), jnp.int32), jnp.zeros((batch, seq_kv), jnp.int32))
+
+
+def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mask_arrays=None):
     """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` (a number
     or a 0-d array) is passed as a 0-d float32 operand, not an attribute, so a new scale reuses
-    the compiled call."""
-    q, k, v, scale = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32))
+    the compiled call. ``mask_arrays``: ``(q_seq_lengths [B], kv_seq_lengths [B],
+    q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32, or None for none."""
+    if mask_arrays is None:
+        mask_arrays = default_mask_arrays(q, k)
+    q, k, v, scale, *mask_arrays = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
+                                                  *mask_arrays)
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
     return jax.ffi.ffi_call("jax_dash_fwd", result_types, vmap_method="sequential")(
-        q, k, v, scale, is_causal=bool(is_causal))
+        q, k, v, *mask_arrays, scale, is_causal=bool(is_causal), **mask.attributes())
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
-             f32_grads: bool = False):
-    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` as in
-    ``fwd_call``.
+             f32_grads: bool = False, *, mask: StaticMask = NO_MASK, mask_arrays=None):
+    """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` and
+    ``mask_arrays`` as in ``fwd_call``.
 
     ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators; CPU only
     for now: the GPU handler answers Unimplemented)."""
-    q, k, v, out, lse, dout, scale = _unify_varying(q, k, v, out, lse, dout,
-                                                    jnp.asarray(scale, jnp.float32))
+    if mask_arrays is None:
+        mask_arrays = default_mask_arrays(q, k)
+    q, k, v, out, lse, dout, scale, *mask_arrays = _unify_varying(
+        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays)
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
@@ -115,6 +154,7 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
         _result_type((i32_size,), jnp.int32, q),
     )
     dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential")(
-        q, k, v, out, lse, dout, scale, is_causal=bool(is_causal),
-        schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads))
+        q, k, v, out, lse, dout, *mask_arrays, scale, is_causal=bool(is_causal),
+        schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads),
+        **mask.attributes())
     return dq, dk, dv

@@ -18,10 +18,13 @@ _CPU_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.fl
 MAX_HEAD_DIM = 256
 
 
-def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"):
+def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+              query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+              query_segment_ids=None, key_value_segment_ids=None, logits_soft_cap=None,
+              schedule="auto"):
     """Scaled dot-product attention with a bitwise-reproducible backward pass.
 
-    A drop-in for ``jax.nn.dot_product_attention(query, key, value, scale=..., is_causal=...)``.
+    A drop-in for ``jax.nn.dot_product_attention``: the arguments it shares mean the same.
 
     Args:
       query: ``[batch, seq_q, num_heads, head_dim]``, or ``[seq_q, num_heads, head_dim]``.
@@ -29,24 +32,43 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
         ``num_heads`` must be a multiple of ``num_kv_heads`` (GQA/MQA): query head ``h`` reads
         kv head ``h // (num_heads // num_kv_heads)``.
       value: same shape as ``key``.
+      bias, mask: dense additive bias / boolean mask: not supported (a ``ValueError`` says so);
+        use the structured masks below, which the kernels skip tile by tile.
       scale: softmax scale; default ``1 / sqrt(head_dim)``. A Python number (it must be finite in
         float32) or a 0-d array, traced or not, as in ``jax.nn``. Either way it reaches the kernels
         as a float32 operand, so a changing scale reuses the compiled kernels, and ``jax.grad``
         differentiates with respect to a traced scale. A non-finite array scale is not checked
         (that would need its value on the host): it gives NaN or inf, as in ``jax.nn``.
       is_causal: top-left causal mask: query ``i`` sees key ``j`` iff ``j <= i`` (the meaning of
-        ``jax.nn.dot_product_attention``). A query that sees no key outputs 0 and gets zero
-        gradient.
-      schedule: backward tile schedule. ``"auto"`` (pick per shape), ``"ascending"``,
+        ``jax.nn.dot_product_attention``).
+      query_seq_lengths: int ``[batch]`` (``[]`` or ``[1]`` without a batch axis): query ``i``
+        of row ``b`` is padding iff ``i >= query_seq_lengths[b]``; it sees no key.
+      key_value_seq_lengths: int ``[batch]``: key ``j`` of row ``b`` is seen by no query iff
+        ``j >= key_value_seq_lengths[b]``.
+      local_window_size: ``int w`` or ``(left, right)`` (ints >= 0): query ``i`` sees only keys
+        ``i - left <= j <= i + right``; an int means ``(w, w)``. With ``is_causal`` the right
+        side is 0.
+      query_segment_ids: int ``[batch, seq_q]`` (``[seq_q]`` without a batch axis), with
+        ``key_value_segment_ids`` int ``[batch, seq_kv]``; both or neither: query ``i`` sees key
+        ``j`` only if their ids are equal (packed sequences).
+      logits_soft_cap: ``c > 0``: logits ``= c * tanh(scale * q.k / c)``, before masking and
+        softmax (Gemma 2).
+      schedule: backward tile schedule. ``"auto"`` (pick per head's problem), ``"ascending"``,
         ``"descending"``, ``"shift"``, ``"symmetric_shift"`` give bitwise-reproducible gradients;
         ``"atomic"`` is faster-racing and not reproducible (a reference for the cost of
         determinism). Every schedule computes the same function up to rounding.
 
+    Every mask combines with every other (a key is seen only if all allow it). Lengths and
+    segment ids are runtime arrays (traced under jit, batched under vmap, sharded with the
+    batch); ``local_window_size`` and ``logits_soft_cap`` are Python numbers. A query that sees
+    no key outputs 0 and gets zero gradient.
+
     Returns:
       Array with the shape and dtype of ``query``.
 
-    dtypes: bfloat16 and float16 on GPU (Hopper, head_dim 64 or 128); the CPU kernels also take
-    float32 and any head_dim that is a multiple of 8 up to 256. Inputs that are not JAX arrays
+    dtypes: bfloat16 and float16 on GPU (Hopper, head_dim 64 or 128; windows, lengths, segment
+    ids and soft cap run on the CPU kernels only for now); the CPU kernels also take float32 and
+    any head_dim that is a multiple of 8 up to 256. Inputs that are not JAX arrays
     (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn`` does, so NumPy
     float64 becomes float32 unless ``jax_enable_x64`` is on.
 
@@ -55,6 +77,13 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
     mode under ``jit`` gets JAX's own "can't apply forward-mode autodiff (jvp) to a custom_vjp
     function", raised while lowering).
     """
+    for dense, name in ((bias, "bias"), (mask, "mask")):
+        if dense is not None:
+            raise ValueError(
+                f"{name} is not supported by jax_dash.attention (got "
+                f"{_describe(dense)}): dense {name}es are not implemented; express the mask with "
+                "is_causal, local_window_size, query_seq_lengths/key_value_seq_lengths or "
+                "query_segment_ids/key_value_segment_ids, or use jax.nn.dot_product_attention")
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
@@ -66,18 +95,43 @@ def attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"
                         f"(type {type(is_causal).__name__})")
     if not isinstance(schedule, str) or schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+    window = _check_window(local_window_size)
+    soft_cap = _check_soft_cap(logits_soft_cap)
 
     unbatched = query.ndim == 3
+    batch = 1 if unbatched else query.shape[0]
+    seq_q, seq_kv = query.shape[-3], key.shape[-3]
+    q_lengths = _check_lengths(query_seq_lengths, "query_seq_lengths", batch, unbatched, seq_q)
+    kv_lengths = _check_lengths(key_value_seq_lengths, "key_value_seq_lengths", batch,
+                                unbatched, seq_kv)
+    q_segments, kv_segments = _check_segment_ids(query_segment_ids, key_value_segment_ids,
+                                                 batch, unbatched, seq_q, seq_kv)
+    has_lengths = q_lengths is not None or kv_lengths is not None
+    has_segments = q_segments is not None
+    # The kernels always take all four operands; absent ones mean "no mask" (full lengths, one
+    # segment), and the static flags tell the kernels whether to read them.
+    if q_lengths is None:
+        q_lengths = jnp.full((batch,), seq_q, jnp.int32)
+    if kv_lengths is None:
+        kv_lengths = jnp.full((batch,), seq_kv, jnp.int32)
+    if not has_segments:
+        q_segments = jnp.zeros((batch, seq_q), jnp.int32)
+        kv_segments = jnp.zeros((batch, seq_kv), jnp.int32)
+    static_mask = _ffi.StaticMask(window=window, logits_soft_cap=soft_cap,
+                                  has_seq_lengths=has_lengths, has_segment_ids=has_segments)
+
     if schedule == "auto":
-        schedule = _auto_schedule(query, key, bool(is_causal))
+        schedule = _auto_schedule(query, key, bool(is_causal), window)
     if unbatched:
         query, key, value = query[None], key[None], value[None]
     # Inside shard_map, operands that vary over fewer mesh axes than the others (K/V of
     # tensor-parallel MQA, the scale) are cast to varying here, outside the custom_vjp: JAX's own
     # transpose of that cast sums their cotangents over those axes (jax.nn does the same).
-    query, key, value, scale = _ffi._unify_varying(query, key, value, scale)
+    query, key, value, scale, *mask_arrays = _ffi._unify_varying(
+        query, key, value, scale, q_lengths, kv_lengths, q_segments, kv_segments)
     try:
-        out = _attention(query, key, value, scale, bool(is_causal), schedule, scale_is_traced)
+        out = _attention(query, key, value, scale, *mask_arrays, bool(is_causal), static_mask,
+                         schedule, scale_is_traced)
     except TypeError as exc:  # JAX's own words for forward mode on a custom_vjp (eager)
         if "forward-mode autodiff (jvp) to a custom_vjp" not in str(exc):
             raise
@@ -92,38 +146,47 @@ _FIRST_ORDER_ONLY = (
     "jax.nn.dot_product_attention for those")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _attention(q, k, v, scale, is_causal, schedule, scale_is_traced):
-    out, _ = _forward_op(is_causal)(q, k, v, scale)
+# Operands: q, k, v, the 0-d scale, then the four int32 mask arrays (q_lengths, kv_lengths,
+# q_segments, kv_segments); static: is_causal, the StaticMask, the schedule, scale_is_traced.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
+def _attention(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
+               static_mask, schedule, scale_is_traced):
+    mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
+    out, _ = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
     return out
 
 
-def _attention_fwd(q, k, v, scale, is_causal, schedule, scale_is_traced):
-    out, lse = _forward_op(is_causal)(q, k, v, scale)
-    return out, (q, k, v, scale, out, lse)
+def _attention_fwd(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
+                   static_mask, schedule, scale_is_traced):
+    mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
+    out, lse = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
+    return out, (q, k, v, scale, mask_arrays, out, lse)
 
 
-def _attention_bwd(is_causal, schedule, scale_is_traced, residuals, dout):
-    q, k, v, scale, out, lse = residuals
+def _attention_bwd(is_causal, static_mask, schedule, scale_is_traced, residuals, dout):
+    q, k, v, scale, mask_arrays, out, lse = residuals
     dout = dout.astype(out.dtype)
-    dq, dk, dv = _backward(q, k, v, out, lse, dout, scale, is_causal, schedule)
+    masking = (mask_arrays, is_causal, static_mask, schedule)
+    dq, dk, dv = _backward(q, k, v, out, lse, dout, scale, *masking)
     if scale_is_traced:
-        dscale = _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule)
+        dscale = _scale_cotangent(q, k, v, out, lse, dout, scale, dq, *masking)
     else:  # a number or a concrete array: no gradient can reach it
         dscale = jnp.zeros_like(scale)
-    return dq, dk, dv, dscale
+    # The integer mask operands have no cotangent.
+    return (dq, dk, dv, dscale) + (None,) * len(mask_arrays)
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
-def _backward(q, k, v, out, lse, dout, scale, is_causal, schedule):
+def _backward(q, k, v, out, lse, dout, scale, mask_arrays, is_causal, static_mask, schedule):
     """The backward op; ``schedule`` is a name, or ``((platform, name), ...)`` when "auto" chose
     per platform (traced inputs): the branch of the platform the computation lowers for runs."""
-    args = (q, k, v, out, lse, dout, scale)
+    args = (q, k, v, out, lse, dout, *mask_arrays, scale)
     if isinstance(schedule, str):
-        return _backward_op(is_causal, schedule)(*args)
-    branches = {platform: _backward_op(is_causal, name) for platform, name in schedule}
+        return _backward_op(is_causal, schedule, static_mask)(*args)
+    branches = {platform: _backward_op(is_causal, name, static_mask)
+                for platform, name in schedule}
     return jax.lax.platform_dependent(*args, **branches)
 
 
@@ -142,19 +205,22 @@ def _first_order_only(op):
     return wrapped
 
 
-@functools.lru_cache(maxsize=4)  # keyed by is_causal
-def _forward_op(is_causal):
-    return _first_order_only(sharding.forward_op(is_causal))
+@functools.lru_cache(maxsize=64)  # keyed by (is_causal, static mask)
+def _forward_op(is_causal, static_mask):
+    return _first_order_only(sharding.forward_op(is_causal, static_mask))
 
 
-@functools.lru_cache(maxsize=16)  # keyed by (is_causal, schedule): 2 * 5 entries
-def _backward_op(is_causal, schedule):
-    return _first_order_only(sharding.backward_op(is_causal, schedule))
+@functools.lru_cache(maxsize=64)  # keyed by (is_causal, schedule, static mask)
+def _backward_op(is_causal, schedule, static_mask):
+    return _first_order_only(sharding.backward_op(is_causal, schedule, static_mask))
 
 
-def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule):
+def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, mask_arrays, is_causal, static_mask,
+                     schedule):
     """dL/dscale for a traced scale. With S = Q K^T and logits scale * S, dL/dscale =
-    sum(dLogits * S), and dQ = scale * dLogits K, so <Q, dQ> = scale * sum(dLogits * S):
+    sum(dLogits * S), and dQ = scale * dLogits K, so <Q, dQ> = scale * sum(dLogits * S)
+    (with a soft cap c, logits = c tanh(scale S / c) and both sides gain the factor 1 - tanh^2;
+    masks only remove terms):
     dL/dscale = <Q, dQ> / scale (as precise as dQ in the input dtype: float16's range makes it
     coarse for |scale| below about 1e-3, where dQ nears float16's subnormals). At scale == 0
     that quotient is 0 / 0, so there the backward runs once more on Q' = 0 * Q with scale 1, a
@@ -168,15 +234,16 @@ def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, is_causal, schedule):
 
     def zero_scale():
         dq_unscaled, _, _ = _backward(jnp.zeros_like(q), k, v, out, lse, dout,
-                                      jnp.ones_like(scale), is_causal, schedule)
+                                      jnp.ones_like(scale), mask_arrays, is_causal, static_mask,
+                                      schedule)
         return inner(q, dq_unscaled)
 
     return jax.lax.cond(scale != 0, nonzero_scale, zero_scale).astype(scale.dtype)
 
 
-def _auto_schedule(query, key, is_causal):
+def _auto_schedule(query, key, is_causal, window=None):
     """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, mask) and the nominal wave of the device the computation
+    problem (seq_q, seq_kv, head_dim, causal + window band) and the nominal wave of the device the computation
     runs on. Batch size and head count are deliberately not passed: under vmap, sharding or a
     different batch the same sequence must get the same schedule, hence the same bits.
 
@@ -188,7 +255,8 @@ def _auto_schedule(query, key, is_causal):
 
     def choose(wave):
         return schedules.choose_schedule(seq_q=query.shape[-3], seq_kv=key.shape[-3],
-                                         head_dim=query.shape[-1], is_causal=is_causal, wave=wave)
+                                         head_dim=query.shape[-1], is_causal=is_causal, wave=wave,
+                                         window=window)
 
     device = _device_of(query, key)
     if device is not None:
@@ -297,6 +365,101 @@ def _check_dtypes(query, key, value):
     if len(set(dtypes)) != 1:
         raise TypeError("query, key and value must have the same dtype, got "
                         f"{dtypes[0]}, {dtypes[1]}, {dtypes[2]}")
+
+
+def _describe(x):
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is not None:
+        return f"an array of shape {tuple(shape)} and dtype {dtype}"
+    return f"{x!r}"
+
+
+def _is_int(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_window(window):
+    """``local_window_size`` as ``(left, right)`` Python ints, or None."""
+    if window is None:
+        return None
+    allowed = "None, an int >= 0, or a (left, right) tuple of ints >= 0"
+    if _is_int(window):
+        window = (window, window)
+    elif isinstance(window, (tuple, list)) and len(window) == 2 and all(map(_is_int, window)):
+        window = tuple(window)
+    else:
+        raise TypeError(f"local_window_size must be {allowed} (a Python value, compiled into the "
+                        f"kernel), got {window!r} of type {type(window).__name__}")
+    if window[0] < 0 or window[1] < 0:
+        raise ValueError(f"local_window_size={window!r} must not be negative; allowed: {allowed}")
+    if max(window) >= 2 ** 40:
+        raise ValueError(f"local_window_size={window!r} is too large: each side must be below "
+                         "2**40 (use None for no window)")
+    return int(window[0]), int(window[1])
+
+
+def _check_soft_cap(cap):
+    """``logits_soft_cap`` as a float > 0 that is finite in float32, or None."""
+    if cap is None:
+        return None
+    if isinstance(cap, (bool, np.bool_)) or not isinstance(cap, numbers.Real):
+        raise TypeError(f"logits_soft_cap must be None or a Python number > 0 (compiled into the "
+                        f"kernel), got {cap!r} of type {type(cap).__name__}")
+    try:
+        as_float = float(cap)
+    except OverflowError:
+        as_float = math.inf
+    with np.errstate(over="ignore"):
+        finite = bool(np.isfinite(np.float32(as_float)))
+    if not (finite and np.float32(as_float) > 0):
+        raise ValueError(f"logits_soft_cap={cap!r} must be a finite number > 0 (in float32), or "
+                         "None for no cap")
+    return as_float
+
+
+def _check_int_array(x, name):
+    x = _as_array(x, name)
+    dtype = jnp.dtype(x.dtype)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"{name} must have an integer dtype (int32 recommended), got {dtype}")
+    return x
+
+
+def _check_lengths(lengths, name, batch, unbatched, seq):
+    """``[batch]`` int lengths as int32, clipped to [0, seq] (which keeps their meaning: position
+    i is kept iff i < length), or None."""
+    if lengths is None:
+        return None
+    lengths = _check_int_array(lengths, name)
+    allowed = "[] or [1] (no batch axis)" if unbatched else f"[batch] = [{batch}]"
+    if unbatched and lengths.shape in ((), (1,)):
+        lengths = lengths.reshape((1,))
+    elif tuple(lengths.shape) != (batch,):
+        raise ValueError(f"{name} has shape {tuple(lengths.shape)}; expected {allowed}")
+    return jnp.clip(lengths, 0, seq).astype(jnp.int32)
+
+
+def _check_segment_ids(q_ids, kv_ids, batch, unbatched, seq_q, seq_kv):
+    if q_ids is None and kv_ids is None:
+        return None, None
+    if q_ids is None or kv_ids is None:
+        given, missing = (("query_segment_ids", "key_value_segment_ids") if kv_ids is None
+                          else ("key_value_segment_ids", "query_segment_ids"))
+        raise ValueError(f"{given} was given without {missing}: pass both or neither")
+    out = []
+    for ids, name, seq in ((q_ids, "query_segment_ids", seq_q),
+                           (kv_ids, "key_value_segment_ids", seq_kv)):
+        ids = _check_int_array(ids, name)
+        expected = (seq,) if unbatched else (batch, seq)
+        if unbatched and tuple(ids.shape) == (1, seq):
+            ids = ids.reshape((seq,))
+        if tuple(ids.shape) != expected:
+            what = "[seq] or [1, seq]" if unbatched else "[batch, seq]"
+            raise ValueError(f"{name} has shape {tuple(ids.shape)}; expected {what} = "
+                             f"{list(expected)}")
+        out.append(ids.reshape((batch, seq)).astype(jnp.int32))
+    return tuple(out)
 
 
 def _check_scale(scale, head_dim=None, allowed="a real number"):

@@ -12,8 +12,11 @@ kernel launch happens. This module adds:
 * ``single_head_attention``: ``[seq, head_dim]`` in and out, for code that ``vmap``s over heads
   the way ``eqx.nn.MultiheadAttention`` does internally.
 
-jax_dash supports full and causal attention only; there is no mask argument here, and dropout on
-the attention weights is not supported yet (a module with ``dropout_p > 0`` in training mode raises).
+Masks are structured, as in ``jax_dash.attention`` (no dense ``mask``): ``is_causal``,
+``local_window_size`` and ``logits_soft_cap`` are static; per-sequence lengths and segment ids
+(packed sequences) are arrays of the one sequence (a scalar length, ``[seq]`` ids) that ``vmap``
+batches like the inputs. Dropout on the attention weights is not supported yet (a module with
+``dropout_p > 0`` in training mode raises).
 """
 
 from __future__ import annotations
@@ -33,14 +36,19 @@ import jax
 import jax.numpy as jnp
 
 import jax_dash
+from jax_dash.attention import _check_soft_cap, _check_window
 
 __all__ = ["SelfAttention", "multihead_attention", "single_head_attention"]
 
 
-def single_head_attention(query, key, value, *, scale=None, is_causal=False, schedule="auto"):
+def single_head_attention(query, key, value, *, scale=None, is_causal=False, schedule="auto",
+                          **mask):
     """One head: ``query [seq_q, head_dim]``, ``key``/``value [seq_kv, head_dim]`` -> ``[seq_q,
     head_dim]``. Meant for ``jax.vmap(..., in_axes=1, out_axes=1)`` over a heads axis (and further
-    ``vmap``s over the batch); every mapped axis becomes part of the kernel's batch."""
+    ``vmap``s over the batch); every mapped axis becomes part of the kernel's batch. ``mask``:
+    ``jax_dash.attention``'s structured masks for this one sequence (``local_window_size``,
+    ``logits_soft_cap``, scalar ``query_seq_lengths``/``key_value_seq_lengths``, ``[seq]``
+    ``query_segment_ids``/``key_value_segment_ids``)."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if jnp.ndim(x) != 2:
             raise ValueError(f"{name} must be [seq, head_dim] (one head, unbatched); got shape "
@@ -49,7 +57,7 @@ def single_head_attention(query, key, value, *, scale=None, is_causal=False, sch
         raise ValueError(f"value's head_dim ({jnp.shape(value)[-1]}) must equal query's "
                          f"({jnp.shape(query)[-1]}): jax_dash needs one head_dim for q, k and v")
     out = jax_dash.attention(query[:, None], key[:, None], value[:, None], scale=scale,
-                             is_causal=is_causal, schedule=schedule)
+                             is_causal=is_causal, schedule=schedule, **mask)
     return out[:, 0]
 
 
@@ -71,13 +79,16 @@ def multihead_attention(
     schedule: str = "auto",
     inference: bool | None = None,
     process_heads: Callable | None = None,
+    **mask,
 ) -> jax.Array:
     """``mha(query, key_, value)`` computed with jax_dash, for an ``eqx.nn.MultiheadAttention``.
 
     Same projections, scaling (``1/sqrt(qk_size)``) and output as ``mha.__call__``; instead of a
     ``mask`` it takes ``is_causal`` (``True`` equals ``mask=jnp.tril(jnp.ones((q_seq, kv_seq),
     bool))``). ``qk_size`` must equal ``vo_size``. ``query [q_seq, query_size]`` ->
-    ``[q_seq, output_size]``; ``vmap`` it over the batch.
+    ``[q_seq, output_size]``; ``vmap`` it over the batch. ``mask``: ``jax_dash.attention``'s
+    structured masks for this sequence (``local_window_size``, ``logits_soft_cap``, scalar
+    lengths, ``[seq]`` segment ids), which replace the dense masks ``mha`` would take.
     """
     if not isinstance(mha, eqx.nn.MultiheadAttention):
         raise TypeError(f"mha must be an equinox.nn.MultiheadAttention, got {type(mha).__name__}")
@@ -100,7 +111,7 @@ def multihead_attention(
     v = project(mha.value_proj, value)
     if process_heads is not None:
         q, k, v = process_heads(q, k, v)
-    out = jax_dash.attention(q, k, v, is_causal=is_causal, schedule=schedule)
+    out = jax_dash.attention(q, k, v, is_causal=is_causal, schedule=schedule, **mask)
     return jax.vmap(mha.output_proj)(out.reshape(query.shape[0], -1))
 
 
@@ -119,10 +130,13 @@ class SelfAttention(eqx.Module):
     head_dim: int = eqx.field(static=True)
     is_causal: bool = eqx.field(static=True)
     schedule: str = eqx.field(static=True)
+    local_window_size: tuple[int, int] | None = eqx.field(static=True)
+    logits_soft_cap: float | None = eqx.field(static=True)
 
     def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
                  head_dim: int | None = None, is_causal: bool = True, schedule: str = "auto",
-                 use_bias: bool = False, dtype=None, key: jax.Array):
+                 use_bias: bool = False, dtype=None, local_window_size=None,
+                 logits_soft_cap=None, key: jax.Array):
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, val in (("d_model", d_model), ("num_heads", num_heads),
                           ("num_kv_heads", num_kv_heads)):
@@ -148,8 +162,13 @@ class SelfAttention(eqx.Module):
         self.output_proj = linear(num_heads * head_dim, d_model, o_key)
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.is_causal, self.schedule = is_causal, schedule
+        self.local_window_size = _check_window(local_window_size)
+        self.logits_soft_cap = _check_soft_cap(logits_soft_cap)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, *, seq_length=None, segment_ids=None) -> jax.Array:
+        """``seq_length``: a scalar; positions >= it are padding (they see nothing and nothing
+        sees them). ``segment_ids``: ``[seq]`` ints (packed sequences): a position sees only
+        those with its id."""
         if x.ndim != 2:
             raise ValueError(f"x must be [seq, d_model] (one sequence; vmap over the batch); "
                              f"got shape {x.shape}")
@@ -158,5 +177,9 @@ class SelfAttention(eqx.Module):
         k = jax.vmap(self.key_proj)(x).reshape(seq, self.num_kv_heads, self.head_dim)
         v = jax.vmap(self.value_proj)(x).reshape(seq, self.num_kv_heads, self.head_dim)
         out = jax_dash.attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim),
-                                 is_causal=self.is_causal, schedule=self.schedule)
+                                 is_causal=self.is_causal, schedule=self.schedule,
+                                 local_window_size=self.local_window_size,
+                                 logits_soft_cap=self.logits_soft_cap,
+                                 query_seq_lengths=seq_length, key_value_seq_lengths=seq_length,
+                                 query_segment_ids=segment_ids, key_value_segment_ids=segment_ids)
         return jax.vmap(self.output_proj)(out.reshape(seq, self.num_heads * self.head_dim))

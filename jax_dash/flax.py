@@ -4,9 +4,14 @@
     attn = nnx.MultiHeadAttention(..., attention_fn=jax_dash.flax.make_attention_fn(is_causal=True))
 
 The adapter accepts the full signature of ``flax.nnx.dot_product_attention`` /
-``flax.linen.dot_product_attention`` and computes the same thing, except that jax_dash supports
-only two mask patterns: none (full attention) and causal (query i sees key j iff j <= i). Everything
-it cannot honour raises an error instead of being dropped:
+``flax.linen.dot_product_attention`` and computes the same thing. Flax hands the attention function
+a dense ``mask``; jax_dash takes structured masks, so the adapter maps the dense masks it can
+recognize: none, causal (query i sees key j iff j <= i), and either of them cut to a local window
+declared with ``make_attention_fn(local_window_size=...)`` (sliding-window attention);
+``make_attention_fn(logits_soft_cap=c)`` soft-caps the logits. Lengths and segment ids (padding,
+packed sequences) reach Flax's attention only as dense masks, which the adapter cannot read while
+tracing: call ``jax_dash.attention`` with them directly. Everything it cannot honour raises an
+error instead of being dropped:
 
 * ``bias``, attention-weight sowing (``module``/``sow_weights``) and custom einsums: ``ValueError``.
 * dropout that would be applied (``dropout_rate > 0`` and not ``deterministic``): ``ValueError``
@@ -15,7 +20,7 @@ it cannot honour raises an error instead of being dropped:
   The rule is therefore:
 
   - a concrete mask (a NumPy or committed JAX array, outside ``jit``) is checked while tracing;
-    it must be the causal pattern or all ``True``;
+    it must be the causal pattern or all ``True`` (each cut to the declared window, if any);
   - a traced mask is accepted only when the pattern is declared, by ``make_attention_fn(is_causal=
     True)`` (or ``False``) or by ``is_causal=True`` in the call (``nnx.MultiHeadAttention(...)(x,
     is_causal=True)``). The declared pattern is then verified on the device at run time; a mask that
@@ -41,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_dash
-from jax_dash.attention import validate_scale
+from jax_dash.attention import _check_soft_cap, _check_window, validate_scale
 
 __all__ = ["attention_fn", "make_attention_fn"]
 
@@ -56,11 +61,22 @@ def _is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def _allowed_pattern(is_causal: bool, seq_q: int, seq_kv: int) -> np.ndarray:
-    # jax.nn.dot_product_attention's causal convention: query i sees key j iff j <= i (top-left).
-    if is_causal:
-        return np.tril(np.ones((seq_q, seq_kv), dtype=bool))
-    return np.ones((seq_q, seq_kv), dtype=bool)
+def _allowed_pattern(is_causal: bool, seq_q: int, seq_kv: int, window=None) -> np.ndarray:
+    # jax.nn.dot_product_attention's conventions: causal is top-left (query i sees key j iff
+    # j <= i); a window (left, right) keeps i - left <= j <= i + right.
+    i = np.arange(seq_q)[:, None]
+    j = np.arange(seq_kv)[None, :]
+    pattern = j <= i if is_causal else np.ones((seq_q, seq_kv), dtype=bool)
+    if window is not None:
+        pattern = pattern & (j >= i - window[0]) & (j <= i + window[1])
+    return pattern
+
+
+def _pattern_name(is_causal: bool, window) -> str:
+    name = "causal (query i sees key j iff j <= i)" if is_causal else "all True (no mask)"
+    if window is not None:
+        name += f" within local_window_size={window} (i - {window[0]} <= j <= i + {window[1]})"
+    return name
 
 
 def _check_mask_shape(mask, target_shape: tuple[int, ...]) -> None:
@@ -75,27 +91,33 @@ def _check_mask_shape(mask, target_shape: tuple[int, ...]) -> None:
         )
 
 
-def _pattern_of_concrete_mask(mask, seq_q: int, seq_kv: int) -> bool:
-    """True for the causal pattern, False for all-True; anything else raises."""
+def _pattern_of_concrete_mask(mask, seq_q: int, seq_kv: int, window=None) -> bool:
+    """True for the causal pattern, False for all-True (each within the window); anything else
+    raises."""
     values = np.asarray(mask).astype(bool)
     values = np.broadcast_to(values, values.shape[:-2] + (seq_q, seq_kv))
-    if np.array_equal(values, np.broadcast_to(_allowed_pattern(True, seq_q, seq_kv), values.shape)):
-        return True
-    if values.all():
-        return False
+    for is_causal in (True, False):
+        expected = np.broadcast_to(_allowed_pattern(is_causal, seq_q, seq_kv, window),
+                                   values.shape)
+        if np.array_equal(values, expected):
+            return is_causal
+    within = "" if window is None else f", each within local_window_size={window}"
     raise ValueError(
         "mask is neither the causal pattern (query i sees key j iff j <= i, as "
-        "flax.nnx.make_causal_mask builds) nor all True; jax_dash supports only those two "
-        "(padding and other masks are not supported yet). Use jax.nn.dot_product_attention "
-        "or flax's own attention_fn for other masks."
+        f"flax.nnx.make_causal_mask builds) nor all True{within}; the Flax adapter maps only "
+        "those (padding and "
+        "packed-sequence masks: call jax_dash.attention with query_seq_lengths/"
+        "key_value_seq_lengths or query_segment_ids/key_value_segment_ids; a sliding window: "
+        "make_attention_fn(local_window_size=...)). Use jax.nn.dot_product_attention or flax's "
+        "own attention_fn for other masks."
     )
 
 
-def _verify_traced_mask(mask, is_causal: bool, seq_q: int, seq_kv: int) -> None:
+def _verify_traced_mask(mask, is_causal: bool, seq_q: int, seq_kv: int, window=None) -> None:
     """Checks on the device, at run time, that a traced mask is the declared pattern."""
-    expected = jnp.asarray(_allowed_pattern(is_causal, seq_q, seq_kv))
+    expected = jnp.asarray(_allowed_pattern(is_causal, seq_q, seq_kv, window))
     matches = jnp.all(jnp.asarray(mask).astype(bool) == expected)
-    pattern = "causal (query i sees key j iff j <= i)" if is_causal else "all True (no mask)"
+    pattern = _pattern_name(is_causal, window)
 
     def raise_if_mismatch(ok):
         if not bool(ok):
@@ -115,6 +137,8 @@ def make_attention_fn(
     schedule: str = "auto",
     scale: float | None = None,
     check_mask: bool = True,
+    local_window_size: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
 ) -> Callable[..., jax.Array]:
     """Builds a Flax ``attention_fn`` that runs ``jax_dash.attention``.
 
@@ -127,6 +151,10 @@ def make_attention_fn(
         ``jax_dash.attention`` (a real number finite in float32, or a 0-d array).
       check_mask: verify a traced mask at run time (default). ``False`` trusts the declared
         ``is_causal`` and does not read the mask.
+      local_window_size: sliding window, as in ``jax_dash.attention`` (``w`` or ``(left,
+        right)``); a mask passed anyway must then be the pattern cut to this window.
+      logits_soft_cap: ``c > 0``: logits ``c * tanh(scale * q.k / c)``, as in
+        ``jax_dash.attention``.
 
     Returns:
       A function with the signature of ``flax.nnx.dot_product_attention`` (a superset of
@@ -139,6 +167,8 @@ def make_attention_fn(
     validate_scale(scale)  # jax_dash.attention's own rule, so that both take the same scales
     if not isinstance(check_mask, bool):
         raise TypeError(f"check_mask={check_mask!r} must be True or False")
+    window = _check_window(local_window_size)  # jax_dash.attention's rules and messages
+    soft_cap = _check_soft_cap(logits_soft_cap)
     declared_causal = is_causal
 
     def jax_dash_attention_fn(
@@ -212,10 +242,10 @@ def make_attention_fn(
         if mask is not None:
             _check_mask_shape(mask, batch_dims + (num_heads, seq_q, seq_kv))
             if not _is_traced(mask):
-                mask_causal = _pattern_of_concrete_mask(mask, seq_q, seq_kv)
+                mask_causal = _pattern_of_concrete_mask(mask, seq_q, seq_kv, window)
                 # A pattern that is both (every query sees all its keys) agrees with either.
-                both = np.array_equal(_allowed_pattern(True, seq_q, seq_kv),
-                                      _allowed_pattern(False, seq_q, seq_kv))
+                both = np.array_equal(_allowed_pattern(True, seq_q, seq_kv, window),
+                                      _allowed_pattern(False, seq_q, seq_kv, window))
                 if causal is not None and causal != mask_causal and not both:
                     raise ValueError(
                         f"the mask is {'causal' if mask_causal else 'all True'} but "
@@ -231,7 +261,7 @@ def make_attention_fn(
                     "is_causal=True."
                 )
             elif check_mask:
-                _verify_traced_mask(mask, causal, seq_q, seq_kv)
+                _verify_traced_mask(mask, causal, seq_q, seq_kv, window)
         causal = bool(causal)
 
         # jax_dash.attention takes one batch axis (or none): fold Flax's batch dims into one.
@@ -239,6 +269,7 @@ def make_attention_fn(
             flat = lambda x: x.reshape((math.prod(batch_dims),) + x.shape[-3:])
             query, key, value = flat(query), flat(key), flat(value)
         out = jax_dash.attention(query, key, value, scale=scale, is_causal=causal,
+                                 local_window_size=window, logits_soft_cap=soft_cap,
                                  schedule=schedule)
         return out.reshape(batch_dims + out.shape[-3:])
 

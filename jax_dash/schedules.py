@@ -13,6 +13,10 @@ into a DAG and runs it:
   worker waiting for a ticket keeps its item;
 * simulation: every node finishes at ``max(previous step + compute, ticket predecessor) + reduce``.
 
+Masks: the tables come from the static band (causal and/or ``Problem.window``), so the DAG is the
+band's; ``with_hidden_pairs`` marks the pairs that data (lengths, segment ids;
+``hidden_pairs_from_data``) hides, which keep their tickets and edges and only cost a handoff.
+
 The simulation is exact for this model, reports stalls per worker and the critical path, and
 detects deadlock (steps that can never run). The costs are placeholders to be calibrated on a GPU.
 
@@ -50,9 +54,10 @@ class CostModel:
     compute: float = 1.0     # c: the five GEMMs of one (m, n) tile
     reduce: float = 0.2      # r: one ordered fp32 add of a dQ tile into dq_accum
     dkv_reduce: float = 0.4  # ordered add of a dK_n/dV_n partial across a GQA group
+    handoff: float = 0.02    # a pair the data hides: take the ticket, release it, add nothing
 
     def __post_init__(self):
-        for name in ("compute", "reduce", "dkv_reduce"):
+        for name in ("compute", "reduce", "dkv_reduce", "handoff"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"CostModel.{name}={value!r} must be a finite number >= 0")
@@ -71,8 +76,16 @@ class Problem:
     block_n: int
     is_causal: bool
     wave: int
+    window: tuple[int, int] | None = None  # local_window_size (left, right); the band
 
     def __post_init__(self):
+        if self.window is not None:
+            window = self.window
+            if (not isinstance(window, tuple) or len(window) != 2
+                    or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 0
+                           for w in window)):
+                raise ValueError(f"window={window!r} must be None or a (left, right) tuple of "
+                                 "integers >= 0")
         for name in ("batch", "num_heads", "num_kv_heads", "seq_q", "seq_kv", "block_m",
                      "block_n", "wave"):
             value = getattr(self, name)
@@ -97,7 +110,7 @@ class Problem:
 
 
 def make_problem(*, batch, num_heads, seq_q, seq_kv, is_causal, wave, head_dim=None,
-                 num_kv_heads=None, block_m=None, block_n=None) -> Problem:
+                 num_kv_heads=None, block_m=None, block_n=None, window=None) -> Problem:
     """A Problem with the backward tiles of ``cuda/tiles.h`` for ``head_dim`` (or given blocks)."""
     if block_m is None or block_n is None:
         if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) \
@@ -110,7 +123,12 @@ def make_problem(*, batch, num_heads, seq_q, seq_kv, is_causal, wave, head_dim=N
     return Problem(batch=batch, num_heads=num_heads,
                    num_kv_heads=num_heads if num_kv_heads is None else num_kv_heads,
                    seq_q=seq_q, seq_kv=seq_kv, block_m=block_m, block_n=block_n,
-                   is_causal=bool(is_causal), wave=wave)
+                   is_causal=bool(is_causal), wave=wave,
+                   window=None if window is None else tuple(window))
+
+
+def _window_args(problem: Problem) -> tuple[int, int]:
+    return problem.window if problem.window is not None else (-1, -1)
 
 
 def _schedule_id(schedule: str) -> int:
@@ -126,12 +144,14 @@ def head_tables(schedule: str, problem: Problem, head: int) -> dict:
     Keys: effective_schedule (name), num_q_tiles, num_kv_tiles, items_per_head,
     item_kv_tiles [items, 2] (-1 = none), wave_first / wave_end [items],
     visit [Nkv, Nq] (-1 past visit_count), visit_count [Nkv], ticket [Nq, Nkv] (-1 = masked),
-    ticket_count [Nq].
+    ticket_count [Nq], first_kv_tile [Nq] (tile m sees KV tiles first_kv_tile[m] ..
+    first_kv_tile[m] + ticket_count[m] - 1), first_q_tile / end_q_tile [Nkv] (the Q tiles that see
+    KV tile n: a contiguous range, the band).
     """
     p = problem
     tables = dict(_ext.schedule_head_tables(
         _schedule_id(schedule), p.seq_q, p.seq_kv, p.block_m, p.block_n, p.is_causal,
-        p.head_count, p.wave, int(head)))
+        p.head_count, p.wave, int(head), *_window_args(p)))
     tables["effective_schedule"] = SCHEDULE_NAMES[tables["effective_schedule"]]
     for value in tables.values():
         if isinstance(value, np.ndarray):
@@ -150,7 +170,7 @@ def dkv_tickets(schedule: str, problem: Problem) -> np.ndarray:
     p = problem
     out = _ext.schedule_dkv_tickets(_schedule_id(schedule), p.seq_q, p.seq_kv, p.block_m,
                                     p.block_n, p.is_causal, p.head_count, p.wave,
-                                    p.num_heads // p.num_kv_heads)
+                                    p.num_heads // p.num_kv_heads, *_window_args(p))
     out.flags.writeable = False
     return out
 
@@ -178,6 +198,9 @@ class ScheduleDag:
     kv_tile: np.ndarray  # [items, max_steps] n of the step, -1 for padding
     ticket: np.ndarray   # [items, max_steps] ticket of the step, -1 for padding
     pred: np.ndarray     # [items, max_steps] ticket predecessor node, -1 if none
+    # [items, max_steps] dQ steps whose pair the data (lengths, segment ids) hides: not computed,
+    # the ticket only handed on (see with_hidden_pairs). None: nothing hidden.
+    hidden: np.ndarray | None = None
 
     @property
     def max_steps(self) -> int:
@@ -259,6 +282,49 @@ def build_dag(schedule: str, problem: Problem, *, num_items: int | None = None) 
                        q_tile=q_tile, kv_tile=kv_tile, ticket=ticket, pred=pred)
 
 
+def with_hidden_pairs(dag: ScheduleDag, hidden: np.ndarray) -> ScheduleDag:
+    """``dag`` with the tile pairs the data hides marked: ``hidden`` is a boolean [head_count,
+    Nq, Nkv] (head_linear = b * num_heads + h) of the (m, n) pairs that lengths or segment ids make
+    invisible in that head. Items, visit orders, tickets and edges stay the band's (tickets come
+    from the static band only); a hidden step just costs ``CostModel.handoff`` instead of compute
+    + reduce, as a kernel that skips the tile but still takes and releases its ticket. So the
+    deadlock argument of the band holds as it is, and the simulation shows what skipping saves."""
+    p = dag.problem
+    hidden = np.asarray(hidden, bool)
+    if hidden.shape != (p.head_count, p.num_q_tiles, p.num_kv_tiles):
+        raise ValueError(f"hidden has shape {hidden.shape}, expected [head_count, Nq, Nkv] = "
+                         f"{(p.head_count, p.num_q_tiles, p.num_kv_tiles)}")
+    heads = (np.arange(dag.num_items) // max(dag.items_per_head, 1))[:, None]
+    is_dq = (dag.kind == _DQ) & (dag.q_tile >= 0)
+    marked = is_dq & hidden[heads, np.maximum(dag.q_tile, 0), np.maximum(dag.kv_tile, 0)]
+    return dataclasses.replace(dag, hidden=marked)
+
+
+def hidden_pairs_from_data(problem: Problem, *, q_lengths=None, kv_lengths=None,
+                           q_segment_ids=None, kv_segment_ids=None) -> np.ndarray:
+    """[head_count, Nq, Nkv] pairs that lengths ([batch]) or segment ids ([batch, seq]) hide, by
+    the tile test of cuda/mask.h (a tile past a length, or tiles whose id ranges do not meet)."""
+    p = problem
+    nq, nkv = p.num_q_tiles, p.num_kv_tiles
+    hidden = np.zeros((p.batch, nq, nkv), bool)
+    m0 = np.arange(nq) * p.block_m
+    n0 = np.arange(nkv) * p.block_n
+    for b in range(p.batch):
+        if q_lengths is not None:
+            hidden[b] |= (m0 >= int(q_lengths[b]))[:, None]
+        if kv_lengths is not None:
+            hidden[b] |= (n0 >= int(kv_lengths[b]))[None, :]
+        if q_segment_ids is not None:
+            def ranges(ids, block, count, seq):
+                ids = np.asarray(ids[b])
+                spans = [ids[t * block:min((t + 1) * block, seq)] for t in range(count)]
+                return (np.array([x.min() for x in spans]), np.array([x.max() for x in spans]))
+            q_lo, q_hi = ranges(q_segment_ids, p.block_m, nq, p.seq_q)
+            kv_lo, kv_hi = ranges(kv_segment_ids, p.block_n, nkv, p.seq_kv)
+            hidden[b] |= (q_hi[:, None] < kv_lo[None, :]) | (kv_hi[None, :] < q_lo[:, None])
+    return np.repeat(hidden, p.num_heads, axis=0)
+
+
 def _link_tickets(pred, node, mask, counter, ticket, num_counters, tickets_per_counter):
     """pred[x] = the node with the same counter and ticket[x] - 1 (among ``mask``)."""
     key = counter[mask].astype(np.int64) * tickets_per_counter + ticket[mask]
@@ -322,9 +388,7 @@ def simulate(dag: ScheduleDag, *, workers: int | None = None,
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     num_items, max_steps = dag.kind.shape
-    real = dag.kv_tile >= 0
-    compute = np.where(real & (dag.kind == _DQ), cost.compute, 0.0)
-    reduce = np.where(real, np.where(dag.kind == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
+    compute, reduce = _cost_arrays(dag, cost)
     total = np.cumsum(compute + reduce, axis=1)  # S[s]: work up to and including step s
     work = total[:, -1]
     has_pred = dag.pred >= 0
@@ -489,14 +553,16 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
 
 @functools.lru_cache(maxsize=1024)
 def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
-                    wave: int) -> str:
+                    wave: int, window: tuple[int, int] | None = None) -> str:
     """The schedule ``schedule="auto"`` runs: a function of ONE head's problem and the nominal
     wave width (the GPU model's resident backward CTAs), never of the batch size, the number of
     heads or how the call is sharded, so that auto's bits are as batch- and sharding-invariant as
     every schedule's (a sharded run sees fewer heads; a vmapped one a larger batch).
 
-    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv) and a
-    head is one slice (Nkv / 2 <= wave); otherwise ``descending``. Why:
+    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
+    window that cuts a tile pair) and a head is one slice (Nkv / 2 <= wave); otherwise
+    ``descending`` (so a sliding window that cuts tiles gets ``descending``, which visits each
+    KV tile's band from its bottom). Why:
 
     * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -513,10 +579,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
     """
     p = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
-                     is_causal=is_causal, wave=wave)
+                     is_causal=is_causal, wave=wave, window=window)
     if p.is_causal:
         effective, items_per_head = _ext.schedule_summary(
-            _schedule_id("symmetric_shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, True, p.wave)
+            _schedule_id("symmetric_shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, True, p.wave,
+            *_window_args(p))
         if SCHEDULE_NAMES[effective] == "symmetric_shift" and items_per_head <= p.wave:
             return "symmetric_shift"
     return "descending"
@@ -587,11 +654,20 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
     plt.close(fig)
 
 
+def _cost_arrays(dag, cost):
+    """[items, max_steps] compute and reduce cost of every node (hidden pairs: a handoff)."""
+    real = dag.kv_tile >= 0
+    compute = np.where(real & (dag.kind == _DQ), cost.compute, 0.0)
+    reduce = np.where(real, np.where(dag.kind == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
+    if dag.hidden is not None:
+        compute = np.where(dag.hidden, 0.0, compute)
+        reduce = np.where(dag.hidden, cost.handoff, reduce)
+    return compute, reduce
+
+
 def _step_costs(dag, g, cost):
-    real = dag.kv_tile[g] >= 0
-    c = np.where(real & (dag.kind[g] == _DQ), cost.compute, 0.0)
-    r = np.where(real, np.where(dag.kind[g] == _DQ, cost.reduce, cost.dkv_reduce), 0.0)
-    return c + r
+    compute, reduce = _cost_arrays(dag, cost)
+    return compute[g] + reduce[g]
 
 
 def main(argv=None) -> int:
@@ -605,6 +681,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-heads", type=int, default=None, help="GQA kv heads (default: heads)")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--window", type=int, nargs=2, default=None, metavar=("LEFT", "RIGHT"),
+                        help="local_window_size (left, right): the band")
     parser.add_argument("--sms", type=int, default=int(_ext.CPU_WAVE),
                         help="resident backward CTAs = the wave width (default: the CPU kernels' "
                         f"wave, {int(_ext.CPU_WAVE)}, that of an H100/H200 SXM)")
@@ -615,20 +693,22 @@ def main(argv=None) -> int:
     try:
         problem = make_problem(batch=args.batch, num_heads=args.heads, num_kv_heads=args.kv_heads,
                                seq_q=args.seq, seq_kv=args.seq_kv or args.seq,
-                               head_dim=args.head_dim, is_causal=args.causal, wave=args.sms)
+                               head_dim=args.head_dim, is_causal=args.causal, wave=args.sms,
+                               window=None if args.window is None else tuple(args.window))
         cost = CostModel(compute=args.compute, reduce=args.reduce)
     except ValueError as exc:
         parser.error(str(exc))
     print(f"batch {problem.batch}, heads {problem.num_heads} (kv {problem.num_kv_heads}), "
           f"seq {problem.seq_q}x{problem.seq_kv}, tiles {problem.block_m}x{problem.block_n} "
           f"-> Nq {problem.num_q_tiles}, Nkv {problem.num_kv_tiles}, "
-          f"{'causal' if problem.is_causal else 'full'}, wave {problem.wave}, "
+          f"{'causal' if problem.is_causal else 'full'}"
+          f"{'' if problem.window is None else f', window {problem.window}'}, wave {problem.wave}, "
           f"c {cost.compute}, r {cost.reduce}")
     dags = [build_dag(name, problem) for name in SCHEDULE_IDS]
     results = [simulate(dag, cost=cost) for dag in dags]
     print(format_table(results))
     auto = choose_schedule(seq_q=problem.seq_q, seq_kv=problem.seq_kv, head_dim=args.head_dim,
-                           is_causal=problem.is_causal, wave=problem.wave)
+                           is_causal=problem.is_causal, wave=problem.wave, window=problem.window)
     print(f'schedule="auto" picks: {auto} (per-head rule over {", ".join(AUTO_CANDIDATES)}; '
           'see choose_schedule)')
     if args.plot:

@@ -11,8 +11,13 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
   (``jax_dash.ring``, contiguous layout) over the query's sequence mesh axes: key/value blocks
   travel with ``collective-permute``, nothing is all-gathered. The ring needs both sequences to
   divide evenly over those axes (and, causal, equal lengths) and, for now, CPU devices (the Hopper
-  backward does not write the float32 block gradients yet); otherwise the sequence is gathered
-  (replicated) before the call, which is exact too. head_dim is always replicated.
+  backward does not write the float32 block gradients yet) and no mask beyond ``is_causal``;
+  otherwise the sequence is gathered (replicated) before the call, which is exact too. head_dim is
+  always replicated.
+
+The mask operands (lengths ``[B]`` and segment ids ``[B, Sq]`` / ``[B, Sk]``, int32) ride along:
+vmap folds them into the batch like the rest, and they shard with the batch (their sequence axis
+is gathered).
 """
 
 from __future__ import annotations
@@ -28,16 +33,19 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_dash import _ffi
 
-# Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim; the last
-# operand is the 0-d scale (an empty mapping).
-_FWD_RULE = "b s h d, b t k d, b t k d, -> b s h d, b h s"
-_BWD_RULE = ("b s h d, b t k d, b t k d, b s h d, b h s, b s h d, "
+# Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim. The four
+# mask operands follow q, k, v (and out, lse, dout): q_seq_lengths, kv_seq_lengths [b],
+# q_segment_ids [b s], kv_segment_ids [b t]; the last operand is the 0-d scale (an empty mapping).
+_MASK_RULE = "b, b, b s, b t"
+_FWD_RULE = f"b s h d, b t k d, b t k d, {_MASK_RULE}, -> b s h d, b h s"
+_BWD_RULE = (f"b s h d, b t k d, b t k d, b s h d, b h s, b s h d, {_MASK_RULE}, "
              "-> b s h d, b t k d, b t k d")
 # Listed in order of first appearance in the rules, as Shardy requires. The sequences (s, t) may
 # arrive sharded: partition() runs a ring over them, or asks for them replicated.
 _REPLICATED_FACTORS = ("d",)
-# forward_op/backward_op are keyed by (is_causal[, schedule]) only: at most 2 * 5 entries.
-_OP_CACHE_SIZE = 16
+# forward_op/backward_op are keyed by (is_causal[, schedule], static mask): bounded, since
+# windows and caps are user numbers.
+_OP_CACHE_SIZE = 64
 
 
 def _axes_size(mesh, axes) -> int:
@@ -55,9 +63,10 @@ def _spec_entry(sharding, dim):
     return spec[dim]
 
 
-def _plan(mesh, q_shape, k_shape, q_sharding, is_causal):
+def _plan(mesh, q_shape, k_shape, q_sharding, is_causal, mask):
     """Mesh axes for (batch, heads, sequence), taken from the query's sharding; None =
-    replicated. A sharded sequence means a ring over those axes."""
+    replicated. A sharded sequence means a ring over those axes (which knows no mask beyond
+    is_causal yet)."""
     batch_axes = _spec_entry(q_sharding, 0)
     head_axes = _spec_entry(q_sharding, 2)
     seq_axes = _spec_entry(q_sharding, 1)
@@ -70,7 +79,7 @@ def _plan(mesh, q_shape, k_shape, q_sharding, is_causal):
     if seq_axes is not None and (ring_size == 1 or q_shape[1] % ring_size
                                  or k_shape[1] % ring_size
                                  or (is_causal and q_shape[1] != k_shape[1])
-                                 or not _ring_runs_on(mesh)):
+                                 or mask != _ffi.NO_MASK or not _ring_runs_on(mesh)):
         seq_axes = None  # no even ring: gather the sequence
     return batch_axes, head_axes, seq_axes
 
@@ -95,6 +104,13 @@ def _lse_spec(mesh, batch_axes, head_axes, seq_axes):
     return NamedSharding(mesh, PartitionSpec(batch_axes, head_axes, seq_axes))
 
 
+def _mask_specs(mesh, batch_axes):
+    """Lengths [B] and segment ids [B, S]: sharded with the batch (sequence replicated)."""
+    lengths = NamedSharding(mesh, PartitionSpec(batch_axes))
+    segments = NamedSharding(mesh, PartitionSpec(batch_axes, None))
+    return (lengths, lengths, segments, segments)
+
+
 def _ring_config(mesh, seq_axes, is_causal, schedule):
     """The ring over the sequence's mesh axes, or None where the sequence is not sharded."""
     if seq_axes is None:
@@ -109,8 +125,8 @@ def _replicated(mesh):
 
 
 def _fold_vmapped(axis_size, in_batched, args):
-    """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every 4-D operand
-    (the scale, last, is passed through: callers fold only when it is not batched)."""
+    """Moves a vmapped axis (leading, per custom_vmap) into the batch axis of every operand but the
+    scale (last, passed through: callers fold only when it is not batched)."""
     *arrays, scale = args
     folded = []
     for x, batched in zip(arrays, in_batched):
@@ -140,90 +156,109 @@ def _vmapped_call(op, axis_size, in_batched, args):
     return _unfold(axis_size, op(*_fold_vmapped(axis_size, in_batched, args)))
 
 
+def _with_default_mask(op, num_tensor_args):
+    """``op(q, k, v, ..., *mask_arrays, scale)`` where the four mask operands may be left out
+    (callers without lengths or segments)."""
+    def call(*args):
+        if len(args) == num_tensor_args + 1:
+            args = (args[:-1] + tuple(_ffi.default_mask_arrays(args[0], args[1]))
+                    + (args[-1],))
+        return op(*args)
+    return call
+
+
 @functools.lru_cache(maxsize=_OP_CACHE_SIZE)
-def forward_op(is_causal: bool):
-    """``(q, k, v, scale) -> (out, lse)`` for 4-D inputs and a 0-d float32 scale, batchable and
-    partitionable."""
+def forward_op(is_causal: bool, mask: _ffi.StaticMask = _ffi.NO_MASK):
+    """``(q, k, v[, q_lengths, kv_lengths, q_segment_ids, kv_segment_ids], scale) -> (out, lse)``
+    for 4-D inputs and a 0-d float32 scale, batchable and partitionable."""
 
     @custom_partitioning
-    def partitioned(q, k, v, scale):
-        return _ffi.fwd_call(q, k, v, scale, is_causal)
+    def partitioned(q, k, v, *rest):
+        *mask_arrays, scale = rest
+        return _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask, mask_arrays=mask_arrays)
 
     def infer(mesh, arg_shapes, result_shape):
         axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
-                     is_causal)
+                     is_causal, mask)
         return (_seq_spec(mesh, *axes), _lse_spec(mesh, *axes))
 
     def partition(mesh, arg_shapes, result_shape):
         axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
-                     is_causal)
+                     is_causal, mask)
         seq = _seq_spec(mesh, *axes)
         outs = (seq, _lse_spec(mesh, *axes))
         ring_config = _ring_config(mesh, axes[2], is_causal, "auto")
 
-        def lower(q, k, v, scale):
-            if ring_config is not None:
+        def lower(q, k, v, *rest):
+            *mask_arrays, scale = rest
+            if ring_config is not None:  # no mask beyond is_causal (_plan)
                 from jax_dash import ring
                 return ring.ring_forward(q, k, v, scale, ring_config)
-            return _ffi.fwd_call(q, k, v, scale, is_causal)
+            return _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask, mask_arrays=mask_arrays)
 
-        return mesh, lower, outs, (seq, seq, seq, _replicated(mesh))
+        return (mesh, lower, outs,
+                (seq, seq, seq) + _mask_specs(mesh, axes[0]) + (_replicated(mesh),))
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_FWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v, scale):
-        return partitioned(q, k, v, scale)
+    def op(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments, scale):
+        return partitioned(q, k, v, q_lengths, kv_lengths, q_segments, kv_segments, scale)
 
     @op.def_vmap
-    def op_vmap(axis_size, in_batched, q, k, v, scale):
-        return _vmapped_call(op, axis_size, in_batched, (q, k, v, scale)), (True, True)
+    def op_vmap(axis_size, in_batched, *args):
+        return _vmapped_call(op, axis_size, in_batched, args), (True, True)
 
-    return op
+    return _with_default_mask(op, 3)
 
 
 @functools.lru_cache(maxsize=_OP_CACHE_SIZE)
-def backward_op(is_causal: bool, schedule: str):
-    """``(q, k, v, out, lse, dout, scale) -> (dq, dk, dv)`` for 4-D inputs."""
+def backward_op(is_causal: bool, schedule: str, mask: _ffi.StaticMask = _ffi.NO_MASK):
+    """``(q, k, v, out, lse, dout[, mask arrays], scale) -> (dq, dk, dv)`` for 4-D inputs."""
 
     @custom_partitioning
-    def partitioned(q, k, v, out, lse, dout, scale):
-        return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule)
+    def partitioned(q, k, v, out, lse, dout, *rest):
+        *mask_arrays, scale = rest
+        return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, mask=mask,
+                             mask_arrays=mask_arrays)
 
     def infer(mesh, arg_shapes, result_shape):
         axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
-                     is_causal)
+                     is_causal, mask)
         seq = _seq_spec(mesh, *axes)
         return (seq, seq, seq)
 
     def partition(mesh, arg_shapes, result_shape):
         axes = _plan(mesh, arg_shapes[0].shape, arg_shapes[1].shape, arg_shapes[0].sharding,
-                     is_causal)
+                     is_causal, mask)
         seq = _seq_spec(mesh, *axes)
         lse = _lse_spec(mesh, *axes)
         ring_config = _ring_config(mesh, axes[2], is_causal, schedule)
 
-        def lower(q, k, v, out, lse_, dout, scale):
-            if ring_config is not None:
+        def lower(q, k, v, out, lse_, dout, *rest):
+            *mask_arrays, scale = rest
+            if ring_config is not None:  # no mask beyond is_causal (_plan)
                 from jax_dash import ring
                 return ring.ring_backward(q, k, v, out, lse_, dout, scale, ring_config)
-            return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule)
+            return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule, mask=mask,
+                                 mask_arrays=mask_arrays)
 
         return (mesh, lower, (seq, seq, seq),
-                (seq, seq, seq, seq, lse, seq, _replicated(mesh)))
+                (seq, seq, seq, seq, lse, seq) + _mask_specs(mesh, axes[0]) + (_replicated(mesh),))
 
     partitioned.def_partition(
         partition=partition, infer_sharding_from_operands=infer, sharding_rule=_BWD_RULE,
         need_replication_factors=_REPLICATED_FACTORS)
 
     @jax.custom_batching.custom_vmap
-    def op(q, k, v, out, lse, dout, scale):
-        return partitioned(q, k, v, out, lse, dout, scale)
+    def op(q, k, v, out, lse, dout, q_lengths, kv_lengths, q_segments, kv_segments, scale):
+        return partitioned(q, k, v, out, lse, dout, q_lengths, kv_lengths, q_segments,
+                           kv_segments, scale)
 
     @op.def_vmap
     def op_vmap(axis_size, in_batched, *args):
         return _vmapped_call(op, axis_size, in_batched, args), (True, True, True)
 
-    return op
+    return _with_default_mask(op, 6)

@@ -32,16 +32,17 @@ def assert_close_to_reference(name, ours, ref_fp32, naive_lowp, atol):
     assert error <= budget, f"{name}: max error {error:.3e} exceeds 2 x naive + atol = {budget:.3e}"
 
 
-def references(q, k, v, dout, *, scale=None, is_causal=False):
-    """fp32 reference and naive low-precision (input dtype) results: (out, dq, dk, dv) each."""
-    ref_out, ref_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal)
+def references(q, k, v, dout, *, scale=None, is_causal=False, **mask):
+    """fp32 reference and naive low-precision (input dtype) results: (out, dq, dk, dv) each.
+    ``mask``: the structured mask arguments of jax_dash.attention."""
+    ref_out, ref_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal, **mask)
     ref_grads = reference_backward(q, k, v, ref_out, ref_lse, dout, scale=scale,
-                                   is_causal=is_causal)
+                                   is_causal=is_causal, **mask)
     lowp = q.dtype
     naive_out, naive_lse = reference_forward(q, k, v, scale=scale, is_causal=is_causal,
-                                             compute_dtype=lowp)
+                                             compute_dtype=lowp, **mask)
     naive_grads = reference_backward(q, k, v, naive_out, naive_lse, dout, scale=scale,
-                                     is_causal=is_causal, compute_dtype=lowp)
+                                     is_causal=is_causal, compute_dtype=lowp, **mask)
     return (ref_out, *ref_grads), (naive_out, *naive_grads)
 
 

@@ -280,3 +280,39 @@ def test_memory_report_flags_ooms_when_others_held_memory():
     assert "| 16384 | 1x16x128 causal | 0.67 | 9.10 | 0.67 | 1.00x |" in md
     # Goal 5 (<= 2x cuDNN's peak) fails at 32k where jax_dash needs 4 / 1.35 GB.
     assert "| 5. fwd+bwd peak memory <= 2x cuDNN | NOT met (1/2 points) | 2.96x" in md
+
+
+def test_mask_points_count_visible_work_exactly():
+    """bench_masks's closed-form pair counts equal the dense mask's (jax_dash.reference)."""
+    import bench_masks
+    from jax_dash.reference import visible_mask
+
+    for seq_q, seq_kv, causal, window in ((100, 100, True, (31, 0)), (90, 120, False, (7, 13)),
+                                          (64, 64, True, None), (50, 70, False, None)):
+        dense = visible_mask(seq_q, seq_kv, is_causal=causal, local_window_size=window)
+        assert bench_masks.band_visible_pairs(seq_q, seq_kv, is_causal=causal,
+                                              window=window) == int(dense.sum())
+    docs = bench_masks.random_document_lengths(500, 60, seed=3)
+    assert docs.sum() == 500 and (docs >= 1).all()
+    ids = bench_masks.segment_ids(docs)[None]
+    for causal in (True, False):
+        dense = visible_mask(500, 500, is_causal=causal, query_segment_ids=ids,
+                             key_value_segment_ids=ids)
+        assert bench_masks.packed_visible_pairs(docs, is_causal=causal) == int(dense.sum())
+
+
+def test_mask_points_run_on_cpu(tmp_path):
+    """The sliding-window and packed points, tiny, end to end (float32 on the CPU kernels)."""
+    import bench_masks
+
+    out = tmp_path / "masks.json"
+    assert bench_masks.main(["--seq", "256", "--window", "64", "--doc-mean", "40", "--tokens",
+                             "256", "--hidden", "64", "--head-dim", "32", "--dtype", "float32",
+                             "--iters", "1", "--out", str(out)]) == 0
+    records = {r["name"]: r for r in json.loads(out.read_text())}
+    assert set(records) == {"causal", "sliding_window_64", "packed_mean_40"}
+    window = records["sliding_window_64"]
+    assert window["visible_pairs_per_row_head"] == 64 * 65 // 2 + (256 - 64) * 64
+    assert records["causal"]["visible_pairs_per_row_head"] == 256 * 257 // 2
+    for r in records.values():
+        assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0 and r["heads"] == 2

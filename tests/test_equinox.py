@@ -206,3 +206,41 @@ def test_equinox_doc_examples_run():
     assert len(examples) >= 2
     for code in examples:
         exec(compile(code, "docs/flax_equinox.md", "exec"), {})
+
+
+def test_structured_masks_under_vmap():
+    """SelfAttention with a window, a soft cap, per-sequence lengths and segment ids under vmap
+    over the batch equals jax_dash.attention on the batch with the same masks; an
+    eqx.nn.MultiheadAttention with a dense window mask equals multihead_attention's window."""
+    block = jde.SelfAttention(FEATURES, HEADS, num_kv_heads=2, is_causal=True,
+                              local_window_size=(6, 0), logits_soft_cap=3.0,
+                              key=jax.random.key(6))
+    x = jax.random.normal(jax.random.key(7), (BATCH, SEQ, FEATURES))
+    lengths = jnp.asarray([SEQ - 5, 9], jnp.int32)
+    segments = jnp.asarray(np.repeat([[0, 1, 1, 2], [0, 0, 1, 1]], SEQ // 4, axis=1), jnp.int32)
+    ours = jax.vmap(lambda x, n, s: block(x, seq_length=n, segment_ids=s))(x, lengths, segments)
+
+    def project(linear, heads):
+        return jax.vmap(jax.vmap(linear))(x).reshape(x.shape[:2] + (heads, block.head_dim))
+
+    out = jax_dash.attention(project(block.query_proj, HEADS), project(block.key_proj, 2),
+                             project(block.value_proj, 2), is_causal=True,
+                             local_window_size=(6, 0), logits_soft_cap=3.0,
+                             query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+                             query_segment_ids=segments, key_value_segment_ids=segments)
+    expected = jax.vmap(jax.vmap(block.output_proj))(out.reshape(x.shape[:2] + (-1,)))
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(expected))
+
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, key=jax.random.key(8))
+    i, j = np.arange(SEQ)[:, None], np.arange(SEQ)[None, :]
+    window = (j >= i - 4) & (j <= i + 1)
+    np.testing.assert_allclose(
+        jde.multihead_attention(mha, x[0], x[0], x[0], local_window_size=(4, 1)),
+        mha(x[0], x[0], x[0], mask=jnp.asarray(window)), atol=1e-5)
+
+
+def test_self_attention_validates_window_and_soft_cap():
+    with pytest.raises(ValueError, match="local_window_size=.* must not be negative"):
+        jde.SelfAttention(FEATURES, HEADS, local_window_size=(-1, 0), key=jax.random.key(0))
+    with pytest.raises(TypeError, match="logits_soft_cap must be None or a Python number"):
+        jde.SelfAttention(FEATURES, HEADS, logits_soft_cap="2", key=jax.random.key(0))

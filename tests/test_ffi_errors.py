@@ -17,8 +17,19 @@ B, SQ, SK, H, HKV, D = 1, 16, 24, 4, 2, 32
 Q_SHAPE, KV_SHAPE, LSE_SHAPE = (B, SQ, H, D), (B, SK, HKV, D), (B, H, SQ)
 
 
+def _mask_operands(q_lengths=(B,), kv_lengths=(B,), q_segments=(B, SQ), kv_segments=(B, SK),
+                   **attributes):
+    """The four mask operands (shapes may be overridden) and the mask attributes."""
+    arrays = (jnp.full(q_lengths, SQ, jnp.int32), jnp.full(kv_lengths, SK, jnp.int32),
+              jnp.zeros(q_segments, jnp.int32), jnp.zeros(kv_segments, jnp.int32))
+    attrs = dict(window_left=np.int64(-1), window_right=np.int64(-1),
+                 logits_soft_cap=np.float32(0), has_seq_lengths=False, has_segment_ids=False)
+    attrs.update(attributes)
+    return arrays, attrs
+
+
 def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, lse=LSE_SHAPE,
-         schedule=1, key_dtype=None, f32_grads=False):
+         schedule=1, key_dtype=None, f32_grads=False, mask=None):
     """Raw backward call; each buffer override is a dtype (or, for lse, a shape)."""
     q = jnp.ones(Q_SHAPE, dtype)
     k = jnp.ones(KV_SHAPE, key_dtype or dtype)
@@ -33,21 +44,25 @@ def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, 
                     jax.ShapeDtypeStruct(KV_SHAPE, dv or grad_dtype),
                     jax.ShapeDtypeStruct((f32_size,), jnp.float32),
                     jax.ShapeDtypeStruct((i32_size,), jnp.int32))
+    mask_arrays, mask_attrs = _mask_operands(**(mask or {}))
     results = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
-        q, k, v, out_, lse_, dout_, jnp.asarray(0.5, jnp.float32), is_causal=True,
-        schedule=np.int32(schedule), f32_grads=bool(f32_grads))
+        q, k, v, out_, lse_, dout_, *mask_arrays, jnp.asarray(0.5, jnp.float32), is_causal=True,
+        schedule=np.int32(schedule), f32_grads=bool(f32_grads), **mask_attrs)
     return jax.block_until_ready(results)
 
 
 def _fwd(dtype=jnp.bfloat16, *, out=None, lse=LSE_SHAPE, query_dtype=None,
-         scale=jnp.asarray(0.5, jnp.float32), q_shape=Q_SHAPE, kv_shape=KV_SHAPE):
+         scale=jnp.asarray(0.5, jnp.float32), q_shape=Q_SHAPE, kv_shape=KV_SHAPE, mask=None):
     q = jnp.ones(q_shape, query_dtype or dtype)
     k = jnp.ones(kv_shape, dtype)
     v = jnp.ones(kv_shape, dtype)
     result_types = (jax.ShapeDtypeStruct(q_shape, out or dtype),
                     jax.ShapeDtypeStruct(lse, jnp.float32))
+    shapes = dict(q_lengths=q_shape[:1], kv_lengths=q_shape[:1], q_segments=q_shape[:2],
+                  kv_segments=(q_shape[0], kv_shape[1]))
+    mask_arrays, mask_attrs = _mask_operands(**{**shapes, **(mask or {})})
     results = jax.ffi.ffi_call("jax_dash_fwd", result_types)(
-        q, k, v, scale, is_causal=False)
+        q, k, v, *mask_arrays, scale, is_causal=False, **mask_attrs)
     return jax.block_until_ready(results)
 
 
@@ -119,3 +134,21 @@ def test_scale_operand_of_another_dtype_is_refused():
     with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
         _fwd(scale=jnp.asarray(0.5, jnp.bfloat16))
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: _fwd(mask=dict(q_lengths=(B + 1,))),
+     f"query_seq_lengths has shape ({B + 1}), expected [batch] = ({B})"),
+    (lambda: _bwd(mask=dict(kv_lengths=(B, 1))),
+     f"key_value_seq_lengths has shape {(B, 1)}, expected [batch] = ({B})"),
+    (lambda: _fwd(mask=dict(q_segments=(B, SK))),
+     f"query_segment_ids has shape {(B, SK)}, expected [batch, seq_q] = {(B, SQ)}"),
+    (lambda: _bwd(mask=dict(kv_segments=(B, SQ))),
+     f"key_value_segment_ids has shape {(B, SQ)}, expected [batch, seq_kv] = {(B, SK)}"),
+    (lambda: _fwd(mask=dict(window_left=np.int64(-2))),
+     "window_left=-2, window_right=-1: each must be >= 0, or -1 for no limit"),
+    (lambda: _bwd(mask=dict(logits_soft_cap=np.float32(-1))),
+     "logits_soft_cap=-1.000000 must be finite and > 0 (0 = no cap)"),
+], ids=["fwd_q_lengths", "bwd_kv_lengths", "fwd_q_segments", "bwd_kv_segments", "window",
+        "soft_cap"])
+def test_mask_operands_and_attributes(call, message):
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(message)):
+        call()

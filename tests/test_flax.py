@@ -331,3 +331,33 @@ def test_nnx_decoding_is_refused_at_run_time():
     jax.block_until_ready(step(mha, token))  # position 0 sees key 0 only: that is causal
     with pytest.raises(Exception, match="does not match the declared pattern"):
         jax.block_until_ready(step(mha, token))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_window_declared_in_the_factory_maps_windowed_masks(is_causal):
+    """A dense sliding-window mask (causal or not) is recognized once the window is declared,
+    concrete or traced, and computes jax.nn's windowed attention; soft cap passes through."""
+    window = (5, 2)
+    i, j = np.arange(SEQ)[:, None], np.arange(SEQ)[None, :]
+    mask = (j >= i - 5) & (j <= i + 2) & ((j <= i) if is_causal else True)
+    expected = jax.nn.dot_product_attention(*_qkv(), is_causal=is_causal, local_window_size=window)
+    fn = jdf.make_attention_fn(local_window_size=window)
+    np.testing.assert_allclose(fn(*_qkv(), mask=mask), expected, atol=1e-5)
+    declared = jdf.make_attention_fn(is_causal=is_causal, local_window_size=window)
+    traced = jax.jit(lambda q, k, v, m: declared(q, k, v, mask=m))
+    np.testing.assert_allclose(traced(*_qkv(), mask[None, None]), expected, atol=1e-5)
+    with pytest.raises(ValueError, match=r"nor all True, each within local_window_size=\(5, 2\)"):
+        fn(*_qkv(), mask=np.tril(np.ones((SEQ, SEQ), bool)))
+    capped = jdf.make_attention_fn(local_window_size=window, logits_soft_cap=2.0)(*_qkv(),
+                                                                                  mask=mask)
+    reference = jax_dash.attention(*_qkv(), is_causal=is_causal, local_window_size=window,
+                                   logits_soft_cap=2.0)
+    np.testing.assert_array_equal(np.asarray(capped), np.asarray(reference))
+    assert not np.allclose(capped, expected, atol=1e-3)  # the cap changes the result
+
+
+def test_factory_validates_window_and_soft_cap():
+    with pytest.raises(ValueError, match="local_window_size=.* must not be negative"):
+        jdf.make_attention_fn(local_window_size=-1)
+    with pytest.raises(ValueError, match="logits_soft_cap=0 must be a finite number > 0"):
+        jdf.make_attention_fn(logits_soft_cap=0)

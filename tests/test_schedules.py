@@ -408,7 +408,7 @@ def test_choose_schedule_sees_one_head_only():
     """Its arguments are one head's problem and the wave: it cannot depend on batch or heads."""
     import inspect
     params = set(inspect.signature(schedules.choose_schedule.__wrapped__).parameters)
-    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave"}
+    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave", "window"}
     with pytest.raises(TypeError):
         schedules.choose_schedule(batch=2, seq_q=64, seq_kv=64, head_dim=64, is_causal=True,
                                   wave=132)
@@ -590,3 +590,152 @@ def test_cpu_fallback_gives_the_targets_bits():
     want = _cpu_grads("descending", True, 384, 64)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+# ---- bands: causal and/or local windows (cuda/mask.h) ------------------------------------------
+
+def band_problem(seq_q, seq_kv, *, causal, window, wave, heads=1, batch=1, kv_heads=None,
+                 block_m=64, block_n=64):
+    return schedules.make_problem(batch=batch, num_heads=heads, num_kv_heads=kv_heads,
+                                  seq_q=seq_q, seq_kv=seq_kv, is_causal=causal, wave=wave,
+                                  block_m=block_m, block_n=block_n, window=window)
+
+
+def band_active(p, m, n):
+    """Dense check, independent of schedule.h: some real query of tile m sees some real key of
+    tile n under causal and the window."""
+    i = np.arange(m * p.block_m, min((m + 1) * p.block_m, p.seq_q))[:, None]
+    j = np.arange(n * p.block_n, min((n + 1) * p.block_n, p.seq_kv))[None, :]
+    seen = np.ones((i.size, j.size), bool)
+    if p.is_causal:
+        seen &= j <= i
+    if p.window is not None:
+        seen &= (j >= i - p.window[0]) & (j <= i + p.window[1])
+    return bool(seen.any())
+
+
+BAND_SHAPES = [  # seq_q, seq_kv, block_m, block_n, window
+    (640, 640, 64, 64, (100, 0)), (640, 640, 64, 64, (0, 0)), (700, 500, 64, 128, (130, 20)),
+    (500, 700, 64, 128, (64, 300)), (1000, 1000, 64, 128, (256, 256)), (300, 300, 64, 64, (0, 1)),
+    (384, 384, 64, 64, (10000, 10000)), (1024, 1024, 128, 128, (1023, 0)),
+]
+
+
+@pytest.mark.parametrize("seq_q,seq_kv,block_m,block_n,window", BAND_SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ALL)
+def test_band_visits_and_tickets(name, causal, seq_q, seq_kv, block_m, block_n, window):
+    """Under a band every KV tile visits exactly the Q tiles that see it (a contiguous range),
+    each once, and each dQ tile's tickets are a permutation over exactly the KV tiles it sees
+    (ascending n for ascending/descending/atomic)."""
+    for wave in (1, 5, 132):
+        p = band_problem(seq_q, seq_kv, causal=causal, window=window, wave=wave, heads=3,
+                         block_m=block_m, block_n=block_n)
+        nq, nkv = p.num_q_tiles, p.num_kv_tiles
+        t = schedules.head_tables(name, p, 1)
+        for n in range(nkv):
+            want = [m for m in range(nq) if band_active(p, m, n)]
+            assert want == list(range(want[0], want[-1] + 1)) if want else True
+            got = t["visit"][n, :t["visit_count"][n]].tolist()
+            assert sorted(got) == want, (name, wave, n)
+            if want:
+                assert (t["first_q_tile"][n], t["end_q_tile"][n]) == (want[0], want[-1] + 1)
+        for m in range(nq):
+            seen = [n for n in range(nkv) if band_active(p, m, n)]
+            assert t["ticket_count"][m] == len(seen)
+            assert sorted(t["ticket"][m, seen].tolist()) == list(range(len(seen)))
+            assert (np.delete(t["ticket"][m], seen) == -1).all()
+            if seen:
+                assert t["first_kv_tile"][m] == seen[0]
+            if t["effective_schedule"] in ("ascending", "descending", "atomic"):
+                assert t["ticket"][m, seen].tolist() == list(range(len(seen)))
+
+
+@pytest.mark.parametrize("name, causal, window, expected", [
+    ("shift", False, (64, 64), "descending"),             # the window cuts tiles: a band
+    ("shift", False, (10000, 10000), "shift"),            # cuts none: still the full mask
+    ("symmetric_shift", False, (64, 64), "descending"),   # -> shift -> descending
+    ("symmetric_shift", True, (100, 0), "descending"),    # causal band narrower than causal
+    ("symmetric_shift", True, (1023, 5), "symmetric_shift"),  # window keeps every causal tile
+    ("symmetric_shift", True, (800, 0), "descending"),    # cuts the far corner tile (15, 0)
+    ("ascending", True, (64, 0), "ascending"),
+])
+def test_band_fallbacks(name, causal, window, expected):
+    p = band_problem(1024, 1024, causal=causal, window=window, wave=132)
+    assert schedules.effective_schedule(name, p) == expected
+
+
+@pytest.mark.parametrize("window", [(0, 0), (100, 0), (130, 40), (300, 300)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_band_never_deadlocks(causal, window):
+    """Every schedule on bands, every wave width in a sweep, GQA: in-order fetch with `wave`
+    workers runs every step and honours every ticket edge (the tickets are static, so a pair the
+    data hides keeps its edges: this is the whole proof for lengths and segments too)."""
+    for wave in (1, 2, 3, 5, 8, 13, 40, 132):
+        for p in (band_problem(1280, 1280, causal=causal, window=window, wave=wave, heads=4,
+                               batch=2, kv_heads=2),
+                  band_problem(900, 700, causal=causal, window=window, wave=wave, heads=3,
+                               block_m=64, block_n=128)):
+            for name in ALL:
+                dag = schedules.build_dag(name, p)
+                result = schedules.simulate(dag)
+                assert not result.deadlocked, (name, wave, window, causal)
+                assert not np.isnan(result.finish[dag.kv_tile >= 0]).any()
+                edges = dag.ticket_edges()
+                flat = result.finish.reshape(-1)
+                assert (flat[edges[:, 0]] < flat[edges[:, 1]]).all()
+
+
+def test_band_visits_fewer_tiles_than_causal():
+    """A 4k window on a 16k causal sequence: the DAG holds about a quarter of causal's tile steps
+    (visible work), and auto picks descending there (symmetric_shift does not apply)."""
+    causal = band_problem(16384, 16384, causal=True, window=None, wave=132, block_m=64,
+                          block_n=128)
+    band = band_problem(16384, 16384, causal=True, window=(4095, 0), wave=132, block_m=64,
+                        block_n=128)
+    steps = {name: int(schedules.head_tables("descending", p, 0)["visit_count"].sum())
+             for name, p in (("causal", causal), ("band", band))}
+    assert 0.4 < steps["band"] / steps["causal"] < 0.5  # 4k of 16k keys, causal halves both
+    assert schedules.choose_schedule(seq_q=16384, seq_kv=16384, head_dim=128, is_causal=True,
+                                     wave=132, window=(4095, 0)) == "descending"
+    assert schedules.choose_schedule(seq_q=16384, seq_kv=16384, head_dim=128, is_causal=True,
+                                     wave=132) == "symmetric_shift"
+
+
+def test_bad_window_is_named():
+    with pytest.raises(ValueError, match=r"window=\(-1, 3\) must be None or a \(left, right\)"):
+        band_problem(64, 64, causal=False, window=(-1, 3), wave=1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_hidden_pairs_keep_edges_never_deadlock_and_save_time(causal):
+    """Pairs that lengths and segment ids hide keep their tickets (the DAG's edges and items are
+    the band's) and only cost a handoff: every schedule still runs every step for every wave,
+    and on these shapes skipping does not lengthen the simulated makespan."""
+    rng = np.random.default_rng(0)
+    for wave in (1, 3, 8, 40):
+        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
+                         batch=3, kv_heads=1)
+        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
+        hidden = schedules.hidden_pairs_from_data(
+            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
+            kv_segment_ids=ids)
+        assert hidden.shape == (6, p.num_q_tiles, p.num_kv_tiles) and hidden.any()
+        np.testing.assert_array_equal(hidden[0], hidden[1])  # per batch row, for every head
+        for name in ALL:
+            dag = schedules.build_dag(name, p)
+            masked = schedules.with_hidden_pairs(dag, hidden)
+            np.testing.assert_array_equal(masked.pred, dag.pred)
+            assert masked.hidden.any()
+            full, skipped = schedules.simulate(dag), schedules.simulate(masked)
+            assert not skipped.deadlocked, (name, wave, causal)
+            assert not np.isnan(skipped.finish[masked.kv_tile >= 0]).any()
+            assert skipped.makespan <= full.makespan + 1e-9, (name, wave)
+            assert skipped.work_bound < full.work_bound
+
+
+def test_hidden_pairs_shape_is_checked():
+    p = band_problem(256, 256, causal=True, window=None, wave=4)
+    with pytest.raises(ValueError, match=r"hidden has shape \(1, 2, 2\), expected"):
+        schedules.with_hidden_pairs(schedules.build_dag("descending", p),
+                                    np.zeros((1, 2, 2), bool))

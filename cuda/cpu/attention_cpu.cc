@@ -46,6 +46,9 @@ ScheduleProblem schedule_problem(const AttentionParams& p) {
   s.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
   s.wave = p.wave;
   s.schedule = p.schedule;
+  s.has_window = p.has_window;
+  s.window_left = p.window_left;
+  s.window_right = p.window_right;
   return s;
 }
 
@@ -83,14 +86,67 @@ void matmul_abt(const float* a, const float* bt, int64_t rows, int64_t cols, int
   }
 }
 
-// out[r, :] += sum_{c < row_cols[r]} p[r, c] * b[c, :]   (p: [rows, cols], b: [cols, head_dim]).
-// Columns past row_cols[r] are masked for row r and skipped, not multiplied by a zero p: a
-// non-finite b row there must not reach out (0 * inf = NaN).
+// Which keys of a tile each query row sees (cuda/mask.h's predicate, evaluated once per tile
+// pair): row r sees columns [begin[r], end[r]) of the tile (the band, the lengths and the extents
+// give one contiguous range per row), and, when segments cut the tile (use_keep), only those of
+// them with keep[r * cols + c].
+struct RowSpans {
+  std::vector<int64_t> begin, end;
+  std::vector<uint8_t> keep;
+  bool use_keep = false;
+  int64_t cols = 0;
+  RowSpans(int64_t rows, int64_t max_cols)
+      : begin(rows), end(rows), keep(rows * max_cols) {}
+  bool visible(int64_t r, int64_t c) const {
+    return c >= begin[r] && c < end[r] && (!use_keep || keep[r * cols + c] != 0);
+  }
+};
+
+// Classifies tile rows [row0, row0 + rows) x keys [col0, col0 + cols) of one batch row.
+TileVisibility classify_tile(const MaskPolicy& mask, int64_t row0, int64_t rows, int64_t col0,
+                             int64_t cols) {
+  const int64_t row_end = std::min(row0 + rows, mask.band.seq_q);
+  const int64_t col_end = std::min(col0 + cols, mask.band.seq_kv);
+  SegmentRange q_segments{0, 0}, kv_segments{0, 0};
+  if (mask.row.q_segment_ids != nullptr && row_end > row0 && col_end > col0) {
+    q_segments = segment_range(mask.row.q_segment_ids, row0, row_end);
+    kv_segments = segment_range(mask.row.kv_segment_ids, col0, col_end);
+  }
+  return mask.tile(row0, rows, col0, cols, q_segments, kv_segments);
+}
+
+// Fills spans for the tile rows [row0, row0 + rows) x keys [col0, col0 + cols) (rows past seq_q
+// and keys past seq_kv are never visible).
+void fill_row_spans(const MaskPolicy& mask, TileVisibility visibility, int64_t row0, int64_t rows,
+                    int64_t col0, int64_t cols, RowSpans& spans) {
+  const int64_t key_limit = std::min<int64_t>(col0 + cols, mask.row.kv_length);
+  spans.cols = cols;
+  spans.use_keep = mask.row.q_segment_ids != nullptr && visibility == TileVisibility::kPartial;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = row0 + r;
+    int64_t first = 0, last = 0;  // tile-relative [first, last)
+    if (visibility != TileVisibility::kInvisible && i < mask.band.seq_q && i < mask.row.q_length) {
+      first = std::max(mask.band.key_begin(i), col0) - col0;
+      last = std::max(std::min(mask.band.key_end(i), key_limit) - col0, first);
+    }
+    spans.begin[r] = first;
+    spans.end[r] = last;
+    if (!spans.use_keep || last <= first) continue;  // (padding rows have no segment id)
+    const int32_t query_segment = mask.row.q_segment_ids[i];
+    for (int64_t c = first; c < last; ++c)
+      spans.keep[r * cols + c] = mask.row.kv_segment_ids[col0 + c] == query_segment;
+  }
+}
+
+// out[r, :] += sum over visible c of p[r, c] * b[c, :]   (p: [rows, cols], b: [cols, head_dim]).
+// Masked columns are skipped, not multiplied by a zero p: a non-finite b row there must not reach
+// out (0 * inf = NaN).
 void matmul_acc_pb(const float* p, const float* b, int64_t rows, int64_t cols, int64_t head_dim,
-                   const int64_t* row_cols, float* out) {
+                   const RowSpans& spans, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     float* out_row = out + r * head_dim;
-    for (int64_t c = 0; c < row_cols[r]; ++c) {
+    for (int64_t c = spans.begin[r]; c < spans.end[r]; ++c) {
+      if (spans.use_keep && !spans.keep[r * cols + c]) continue;
       const float p_rc = p[r * cols + c];
       const float* b_row = b + c * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * b_row[d];
@@ -98,13 +154,14 @@ void matmul_acc_pb(const float* p, const float* b, int64_t rows, int64_t cols, i
   }
 }
 
-// out[c, :] += sum_{r : c < row_cols[r]} p[r, c] * a[r, :]   (p: [rows, cols],
+// out[c, :] += sum over visible r of p[r, c] * a[r, :]   (p: [rows, cols],
 // a: [rows, head_dim]); masked (r, c) pairs are skipped, as in matmul_acc_pb.
 void matmul_acc_ptb(const float* p, const float* a, int64_t rows, int64_t cols, int64_t head_dim,
-                    const int64_t* row_cols, float* out) {
+                    const RowSpans& spans, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* a_row = a + r * head_dim;
-    for (int64_t c = 0; c < row_cols[r]; ++c) {
+    for (int64_t c = spans.begin[r]; c < spans.end[r]; ++c) {
+      if (spans.use_keep && !spans.keep[r * cols + c]) continue;
       const float p_rc = p[r * cols + c];
       float* out_row = out + c * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) out_row[d] += p_rc * a_row[d];
@@ -112,12 +169,14 @@ void matmul_acc_ptb(const float* p, const float* a, int64_t rows, int64_t cols, 
   }
 }
 
-// How many of the keys col0, col0 + 1, ... (a tile of `cols`) the query sees: a key is visible
-// iff it exists and (full mask or key <= query), so the visible keys of a tile are a prefix of it
-// and the products skip the rest.
-inline int64_t visible_count(const AttentionParams& p, int64_t query, int64_t col0, int64_t cols) {
-  const int64_t existing = std::clamp<int64_t>(p.seq_kv - col0, 0, cols);
-  return p.is_causal ? std::clamp<int64_t>(query - col0 + 1, 0, existing) : existing;
+// The logit of a raw score: scale * q.k, soft-capped to cap * tanh(scale * q.k / cap) when
+// cap > 0 (then *tanh_out gets the tanh, for the backward's derivative 1 - tanh^2).
+inline float logit(float score, float scale, float cap, float* tanh_out) {
+  const float scaled = score * scale;
+  if (cap <= 0.0f) return scaled;
+  const float t = std::tanh(scaled / cap);
+  *tanh_out = t;
+  return cap * t;
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -133,30 +192,34 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
   const int64_t row_stride_q = p.num_heads * D;
   const int64_t row_stride_kv = p.num_kv_heads * D;
   const float scale = *p.scale_ptr;
+  const MaskPolicy mask = mask_policy(p, b);
 
   std::vector<float> q(rows * D), k(block_n * D), kt(D * block_n), v(block_n * D);
   std::vector<float> s(rows * block_n), acc(rows * D, 0.0f);
   std::vector<float> row_max(rows, kNegInf), row_sum(rows, 0.0f);
-  std::vector<int64_t> row_cols(rows);
+  RowSpans spans(rows, block_n);
   load_rows(p.q, p.dtype, L.q_index(b, row0, h), row_stride_q, rows, rows, D, q.data());
 
-  const int64_t num_kv_tiles = ceil_div(p.seq_kv, block_n);
-  const int64_t last_query = row0 + rows - 1;
-  for (int64_t n = 0; n < num_kv_tiles; ++n) {
+  // Only the KV tiles of the band are visited; of those, tiles the data hides are skipped.
+  const TileRange kv_tiles = band_kv_tiles(mask.band, block_m, block_n, static_cast<int>(m));
+  for (int64_t n = kv_tiles.first; n < kv_tiles.end; ++n) {
     const int64_t col0 = n * block_n;
-    if (p.is_causal && col0 > last_query) break;  // every later tile is above the diagonal
     const int64_t cols = std::min(block_n, p.seq_kv - col0);
+    const TileVisibility visibility = classify_tile(mask, row0, rows, col0, cols);
+    if (visibility == TileVisibility::kInvisible) continue;
+    fill_row_spans(mask, visibility, row0, rows, col0, cols, spans);
     load_rows(p.k, p.dtype, L.kv_index(b, col0, kvh), row_stride_kv, cols, cols, D, k.data());
     load_rows(p.v, p.dtype, L.kv_index(b, col0, kvh), row_stride_kv, cols, cols, D, v.data());
     transpose(k.data(), cols, D, kt.data());
     matmul_abt(q.data(), kt.data(), rows, cols, D, s.data());
     for (int64_t r = 0; r < rows; ++r) {
-      row_cols[r] = visible_count(p, row0 + r, col0, cols);
       float* s_row = s.data() + r * cols;
       float tile_max = kNegInf;
       bool has_nan = std::isnan(row_max[r]);
       for (int64_t c = 0; c < cols; ++c) {
-        s_row[c] = c < row_cols[r] ? s_row[c] * scale : kNegInf;
+        float unused_tanh;
+        s_row[c] = spans.visible(r, c) ? logit(s_row[c], scale, p.logits_soft_cap, &unused_tanh)
+                                       : kNegInf;
         if (std::isnan(s_row[c])) has_nan = true;
         if (s_row[c] > tile_max) tile_max = s_row[c];
       }
@@ -178,7 +241,7 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
       float* acc_row = acc.data() + r * D;
       for (int64_t d = 0; d < D; ++d) acc_row[d] *= correction;
     }
-    matmul_acc_pb(s.data(), v.data(), rows, cols, D, row_cols.data(), acc.data());
+    matmul_acc_pb(s.data(), v.data(), rows, cols, D, spans, acc.data());
   }
 
   for (int64_t r = 0; r < rows; ++r) {
@@ -196,11 +259,11 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
 // Per-thread scratch for recomputing one (m, n) tile pair of the backward.
 struct BackwardScratch {
   std::vector<float> q, dout, k, kt, v, vt, s, dp, lse, dsum;
-  std::vector<int64_t> row_cols;  // keys of the KV tile each query row sees (a prefix)
+  RowSpans spans;  // keys of the KV tile each query row sees
   BackwardScratch(int64_t block_m, int64_t block_n, int64_t D)
       : q(block_m * D), dout(block_m * D), k(block_n * D), kt(D * block_n), v(block_n * D),
         vt(D * block_n), s(block_m * block_n), dp(block_m * block_n), lse(block_m),
-        dsum(block_m), row_cols(block_m) {}
+        dsum(block_m), spans(block_m, block_n) {}
 };
 
 // Loads Q_m, dO_m, lse, dsum of query tile m (rows past seq_q are zero and fully masked).
@@ -236,25 +299,31 @@ void load_key_tile(const AttentionParams& p, int64_t b, int64_t kvh, int64_t n,
   transpose(t.v.data(), block_n, D, t.vt.data());
 }
 
-// With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D), t.row_cols <- the
-// keys each row sees (none for padding rows and rows that see no key).
-void recompute_p_and_ds(const AttentionParams& p, int64_t m, int64_t n, BackwardScratch& t) {
+// With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D) (times the soft cap's
+// derivative 1 - tanh^2), t.spans <- the keys each row sees (none for padding rows and rows that
+// see no key).
+void recompute_p_and_ds(const AttentionParams& p, const MaskPolicy& mask,
+                        TileVisibility visibility, int64_t m, int64_t n, BackwardScratch& t) {
   const int64_t D = p.head_dim;
   const int64_t block_m = p.tiles.bwd_block_m;
   const int64_t block_n = p.tiles.bwd_block_n;
   const float scale = *p.scale_ptr;
+  fill_row_spans(mask, visibility, m * block_m, block_m, n * block_n, block_n, t.spans);
   matmul_abt(t.q.data(), t.kt.data(), block_m, block_n, D, t.s.data());
   matmul_abt(t.dout.data(), t.vt.data(), block_m, block_n, D, t.dp.data());
   for (int64_t r = 0; r < block_m; ++r) {
-    const int64_t query = m * block_m + r;
-    const bool row_live = query < p.seq_q && t.lse[r] != kNegInf;
-    t.row_cols[r] = row_live ? visible_count(p, query, n * block_n, block_n) : 0;
+    if (t.lse[r] == kNegInf) t.spans.end[r] = t.spans.begin[r];  // the row sees no key at all
     for (int64_t c = 0; c < block_n; ++c) {
       const int64_t idx = r * block_n + c;
-      const bool live = c < t.row_cols[r];
-      const float prob = live ? std::exp(t.s[idx] * scale - t.lse[r]) : 0.0f;
+      const bool live = t.spans.visible(r, c);
+      float tanh_value = 0.0f;
+      const float prob =
+          live ? std::exp(logit(t.s[idx], scale, p.logits_soft_cap, &tanh_value) - t.lse[r])
+               : 0.0f;
+      float ds = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
+      if (p.logits_soft_cap > 0.0f) ds *= 1.0f - tanh_value * tanh_value;
       t.s[idx] = prob;
-      t.dp[idx] = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
+      t.dp[idx] = ds;
     }
   }
 }
@@ -298,7 +367,9 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   const int64_t D = p.head_dim;
   const int64_t block_n = p.tiles.bwd_block_n;
   const int group = L.group_size();
-  BackwardScratch t(p.tiles.bwd_block_m, block_n, D);
+  const int64_t block_m = p.tiles.bwd_block_m;
+  const MaskPolicy mask = mask_policy(p, b);
+  BackwardScratch t(block_m, block_n, D);
   load_key_tile(p, b, kvh, n, t);
 
   std::vector<int> head_order(group);
@@ -315,12 +386,14 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
     const int steps = q_visit_count(sp, head_linear, static_cast<int>(n));
     for (int step = 0; step < steps; ++step) {
       const int64_t m = q_visit_tile(sp, head_linear, static_cast<int>(n), step);
+      // The schedule visits the band's Q tiles; tiles the data hides are skipped, not computed.
+      const TileVisibility visibility = classify_tile(mask, m * block_m, block_m, n * block_n,
+                                                      block_n);
+      if (visibility == TileVisibility::kInvisible) continue;
       load_query_tile(p, dsum, b, h, m, t);
-      recompute_p_and_ds(p, m, n, t);
-      matmul_acc_ptb(t.s.data(), t.dout.data(), p.tiles.bwd_block_m, block_n, D,
-                     t.row_cols.data(), dv_part.data());
-      matmul_acc_ptb(t.dp.data(), t.q.data(), p.tiles.bwd_block_m, block_n, D,
-                     t.row_cols.data(), dk_part.data());
+      recompute_p_and_ds(p, mask, visibility, m, n, t);
+      matmul_acc_ptb(t.s.data(), t.dout.data(), block_m, block_n, D, t.spans, dv_part.data());
+      matmul_acc_ptb(t.dp.data(), t.q.data(), block_m, block_n, D, t.spans, dk_part.data());
     }
     for (int64_t i = 0; i < block_n * D; ++i) {
       dk[i] += dk_part[i];
@@ -368,6 +441,7 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   const int64_t padded_rows = ceil_div(p.seq_q, block_m) * block_m;
   const int head_linear = static_cast<int>(b * p.num_heads + h);
   const int64_t kvh = h / L.group_size();
+  const MaskPolicy mask = mask_policy(p, b);
   BackwardScratch t(block_m, block_n, D);
   load_query_tile(p, dsum_of_head(p, w, b, h), b, h, m, t);
 
@@ -375,12 +449,16 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
                                                     m * block_m) * D;
   std::fill(dq_accum, dq_accum + block_m * D, 0.0f);
   std::vector<float> partial(block_m * D);
+  // Tickets come from the static band. A pair the data (lengths, segments) hides still holds its
+  // ticket and gives it up without adding, so the order of the real adds is the band's.
   for (int n : ticket_order(sp, head_linear, static_cast<int>(m))) {
+    const TileVisibility visibility = classify_tile(mask, m * block_m, block_m, n * block_n,
+                                                    block_n);
+    if (visibility == TileVisibility::kInvisible) continue;
     load_key_tile(p, b, kvh, n, t);
-    recompute_p_and_ds(p, m, n, t);
+    recompute_p_and_ds(p, mask, visibility, m, n, t);
     std::fill(partial.begin(), partial.end(), 0.0f);
-    matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, t.row_cols.data(),
-                  partial.data());
+    matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, t.spans, partial.data());
     for (int64_t i = 0; i < block_m * D; ++i) dq_accum[i] += partial[i];
   }
 

@@ -79,8 +79,10 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
         "only); cast the inputs");
   }
   if (p.head_dim != 64 && p.head_dim != 128) {
-    return ffi::Error::InvalidArgument("jax_dash: the Hopper kernels support head_dim 64 or 128, "
-                                       "got " + std::to_string(p.head_dim));
+    return ffi::Error::InvalidArgument(
+        "jax_dash: the Hopper kernels support head_dim 64 or 128, got " +
+        std::to_string(p.head_dim) + "; head_dim " + std::to_string(p.head_dim) +
+        " runs on CPU today (GPU support: issue 13)");
   }
   if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
     return ffi::Error::InvalidArgument("jax_dash: batch and sequence lengths must be < 2^31");
@@ -88,12 +90,36 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
   return ffi::Error::Success();
 }
 
+// The mask features the Hopper kernels do not implement yet (cuda/mask.h defines them; the CPU
+// kernels run them). Named one by one so the user knows which argument to drop.
+ffi::Error check_gpu_mask(const AttentionParams& p) {
+  const char* feature = nullptr;
+  if (p.has_window) feature = "local_window_size";
+  else if (p.q_seq_lengths != nullptr) feature = "query_seq_lengths/key_value_seq_lengths";
+  else if (p.q_segment_ids != nullptr) feature = "query_segment_ids/key_value_segment_ids";
+  else if (p.logits_soft_cap > 0.0f) feature = "logits_soft_cap";
+  if (feature == nullptr) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    std::string("jax_dash: ") + feature +
+                        " is not supported by the Hopper kernels yet; it runs on CPU today "
+                        "(GPU support: issue 13)");
+}
+
 ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
+                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+                   bool has_segment_ids, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
+                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
+                          has_segment_ids};
+  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = check_gpu_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (out->element_type() != q.element_type() ||
       static_cast<int64_t>(out->element_count()) !=
@@ -119,7 +145,11 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
 
 ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, int32_t schedule, bool f32_grads,
+                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
+                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+                   bool has_segment_ids, int32_t schedule, bool f32_grads,
                    ffi::Result<ffi::AnyBuffer> dq,
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
@@ -134,6 +164,11 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
+                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
+                          has_segment_ids};
+  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = check_gpu_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
@@ -188,8 +223,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, jax_dash::sm90::FwdImpl,
                                   .Arg<ffi::AnyBuffer>()                     // q
                                   .Arg<ffi::AnyBuffer>()                     // k
                                   .Arg<ffi::AnyBuffer>()                     // v
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
                                   .Attr<bool>("is_causal")                   // is_causal
+                                  .Attr<int64_t>("window_left")              // -1: unbounded
+                                  .Attr<int64_t>("window_right")             // -1: unbounded
+                                  .Attr<float>("logits_soft_cap")            // 0: none
+                                  .Attr<bool>("has_seq_lengths")             // lengths used
+                                  .Attr<bool>("has_segment_ids")             // segments used
                                   .Ret<ffi::AnyBuffer>()                     // out
                                   .Ret<ffi::Buffer<ffi::F32>>()              // lse
 );
@@ -203,8 +247,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Arg<ffi::AnyBuffer>()                     // out
                                   .Arg<ffi::Buffer<ffi::F32>>()              // lse
                                   .Arg<ffi::AnyBuffer>()                     // dout
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
                                   .Attr<bool>("is_causal")                   // is_causal
+                                  .Attr<int64_t>("window_left")              // -1: unbounded
+                                  .Attr<int64_t>("window_right")             // -1: unbounded
+                                  .Attr<float>("logits_soft_cap")            // 0: none
+                                  .Attr<bool>("has_seq_lengths")             // lengths used
+                                  .Attr<bool>("has_segment_ids")             // segments used
                                   .Attr<int32_t>("schedule")                 // schedule
                                   .Attr<bool>("f32_grads")                   // dq/dk/dv float32
                                   .Ret<ffi::AnyBuffer>()                     // dq

@@ -1,0 +1,172 @@
+"""Masked benchmark points (issue 13): a sliding window and packed sequences, in TFLOP/s of the
+work the mask leaves visible.
+
+    python benchmarks/bench_masks.py                 # both points at the GPU sizes (bf16)
+    python benchmarks/bench_masks.py --seq 1024 --window 256 --doc-mean 128 --iters 2   # small
+
+Points (batch * seq = 16k tokens, hidden 2048 -> heads = 2048 / head_dim, causal):
+  sliding  seq 16k, local_window_size (4095, 0): each query sees itself and the 4095 keys before it
+  packed   one row of 16k tokens cut into documents of random length (mean 2k, fixed seed),
+           segment ids: a query sees the keys of its own document up to itself
+FLOPs of visible work: forward 4 * B * H * D * (visible (query, key) pairs), counted exactly from
+the mask (closed form per row, no S^2 array); backward 2.5x forward, as in the main grid. Peers:
+jax.nn.dot_product_attention (cuDNN) where it takes the same mask (the window; packed sequences
+it does not take as segment ids), and jax_dash's full causal point of the same shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+PAPER_TOKENS, PAPER_HIDDEN = 16384, 2048
+
+
+def band_visible_pairs(seq_q: int, seq_kv: int, *, is_causal: bool, window=None) -> int:
+    """Exact number of (query, key) pairs a causal and/or windowed mask keeps (one head, one
+    row): per query i the keys [max(0, i - left), min(seq_kv - 1, i + right)]."""
+    i = np.arange(seq_q, dtype=np.int64)
+    left, right = window if window is not None else (seq_kv, seq_kv)
+    right = min(right, 0) if is_causal else right
+    first = np.maximum(i - left, 0)
+    last = np.minimum(i + right, seq_kv - 1)
+    return int(np.maximum(last - first + 1, 0).sum())
+
+
+def packed_visible_pairs(document_lengths, *, is_causal: bool) -> int:
+    """Exact pairs of a row packed with these documents (segment ids, equal on both sides)."""
+    lengths = np.asarray(document_lengths, np.int64)
+    return int((lengths * (lengths + 1) // 2).sum() if is_causal else (lengths ** 2).sum())
+
+
+def random_document_lengths(total: int, mean: int, seed: int = 0) -> np.ndarray:
+    """Document lengths (>= 1) that fill `total` tokens, exponential with the given mean (the
+    last one cut to fit)."""
+    rng = np.random.default_rng(seed)
+    lengths, used = [], 0
+    while used < total:
+        n = int(min(max(1, round(rng.exponential(mean))), total - used))
+        lengths.append(n)
+        used += n
+    return np.asarray(lengths, np.int64)
+
+
+def segment_ids(document_lengths) -> np.ndarray:
+    return np.repeat(np.arange(len(document_lengths), dtype=np.int32), document_lengths)
+
+
+def visible_flops(pairs_per_head_row: int, batch: int, heads: int, head_dim: int):
+    forward = 4.0 * batch * heads * head_dim * pairs_per_head_row
+    return forward, 2.5 * forward
+
+
+def mask_points(seq: int, window: int, doc_mean: int, tokens: int, hidden: int, head_dim: int):
+    """The two points (and the full causal point of the same shape) as dicts of jax_dash
+    keyword arguments plus their exact visible pair counts per (batch row, head)."""
+    batch, heads = max(1, tokens // seq), hidden // head_dim
+    docs = random_document_lengths(seq, doc_mean)
+    ids = segment_ids(docs)
+    return [
+        dict(name="causal", batch=batch, seq=seq, heads=heads, head_dim=head_dim,
+             kwargs=dict(is_causal=True),
+             pairs=band_visible_pairs(seq, seq, is_causal=True)),
+        dict(name=f"sliding_window_{window}", batch=batch, seq=seq, heads=heads,
+             head_dim=head_dim, kwargs=dict(is_causal=True, local_window_size=(window - 1, 0)),
+             pairs=band_visible_pairs(seq, seq, is_causal=True, window=(window - 1, 0))),
+        dict(name=f"packed_mean_{doc_mean}", batch=batch, seq=seq, heads=heads,
+             head_dim=head_dim, documents=int(len(docs)),
+             kwargs=dict(is_causal=True, query_segment_ids=np.tile(ids, (batch, 1)),
+                         key_value_segment_ids=np.tile(ids, (batch, 1))),
+             pairs=packed_visible_pairs(docs, is_causal=True)),
+    ]
+
+
+def _median_seconds(fn, args, iters: int) -> float:
+    import jax
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def run_point(point: dict, *, iters: int, dtype: str = "bfloat16", impl: str = "jax_dash"):
+    """Times forward and forward+backward of one point; returns TFLOP/s of visible work."""
+    import jax
+    import jax.numpy as jnp
+
+    shape = (point["batch"], point["seq"], point["heads"], point["head_dim"])
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q, k, v, dout = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+    kwargs = {name: (jnp.asarray(value) if isinstance(value, np.ndarray) else value)
+              for name, value in point["kwargs"].items()}
+    if impl == "jax_dash":
+        import jax_dash
+        attention = lambda q, k, v: jax_dash.attention(q, k, v, **kwargs)  # noqa: E731
+    else:  # jax.nn with cuDNN; only the masks it takes (no segment ids)
+        attention = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
+            q, k, v, implementation="cudnn", **kwargs)
+    forward = jax.jit(attention)
+    both = jax.jit(lambda q, k, v, dout: jax.vjp(attention, q, k, v)[1](dout))
+    t_fwd = _median_seconds(forward, (q, k, v), iters)
+    t_both = _median_seconds(lambda *a: (forward(*a[:3]), both(*a)), (q, k, v, dout), iters)
+    t_bwd = max(t_both - t_fwd, 1e-9)
+    fwd_flops, bwd_flops = visible_flops(point["pairs"], point["batch"], point["heads"],
+                                         point["head_dim"])
+    return dict(name=point["name"], impl=impl, seq=point["seq"], batch=point["batch"],
+                heads=point["heads"], head_dim=point["head_dim"],
+                visible_pairs_per_row_head=point["pairs"],
+                visible_fraction=point["pairs"] / point["seq"] ** 2,
+                fwd_ms=1e3 * t_fwd, bwd_ms=1e3 * t_bwd,
+                fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seq", type=int, default=16384)
+    p.add_argument("--window", type=int, default=4096, help="keys each query sees (incl. itself)")
+    p.add_argument("--doc-mean", type=int, default=2048, help="mean packed document length")
+    p.add_argument("--tokens", type=int, default=PAPER_TOKENS)
+    p.add_argument("--hidden", type=int, default=PAPER_HIDDEN)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--cudnn", action="store_true",
+                   help="also time jax.nn's cuDNN attention where it takes the mask")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("seq", "window", "doc_mean", "tokens", "hidden", "head_dim", "iters"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    results = []
+    for point in mask_points(args.seq, args.window, args.doc_mean, args.tokens, args.hidden,
+                             args.head_dim):
+        impls = ["jax_dash"] + (["cudnn"] if args.cudnn and "query_segment_ids"
+                                not in point["kwargs"] else [])
+        for impl in impls:
+            record = run_point(point, iters=args.iters, dtype=args.dtype, impl=impl)
+            results.append(record)
+            print(f"{record['name']:>22} {impl:>8}: visible {record['visible_fraction']:.3f} of "
+                  f"S^2, fwd {record['fwd_tflops']:.2f} TFLOP/s, bwd {record['bwd_tflops']:.2f} "
+                  "TFLOP/s (visible work)", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+    print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

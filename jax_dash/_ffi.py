@@ -34,8 +34,10 @@ for _target, _platforms in _ext.registrations().items():
 
 built_with_cuda = _ext.built_with_cuda()
 CPU_WAVE = _ext.CPU_WAVE
-# Platforms (jax Device.platform) whose backward handler writes float32 gradients (f32_grads), which
-# the ring's backward needs; the Hopper handler answers Unimplemented for now.
+# Platforms (jax Device.platform) where the jit path runs sequence-sharded calls as a ring: those
+# whose float32 block gradients (f32_grads) have been verified. The Hopper backward writes them too
+# (2026-11-23), but has not yet run on a GPU: until tests/test_gpu_ring.py passes there, GPUs keep
+# gathering the sequence (ring_attention itself runs on them).
 F32_GRADS_PLATFORMS = frozenset({"cpu"})
 
 
@@ -135,8 +137,7 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` and
     ``mask_arrays`` as in ``fwd_call``.
 
-    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators; CPU only
-    for now: the GPU handler answers Unimplemented)."""
+    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators)."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
     q, k, v, out, lse, dout, scale, *mask_arrays = _unify_varying(

@@ -271,6 +271,7 @@ struct DeviceProblem {
     p.num_kv_heads = c.kv_heads;
     p.head_dim = c.head_dim;
     p.dtype = c.dtype;
+    p.grad_dtype = c.dtype;  // zero would mean float32 gradients
     scale_buffer.upload({static_cast<float>(scale)});
     p.scale_ptr = scale_buffer.ptr;
     p.is_causal = c.causal;
@@ -355,6 +356,30 @@ bool run_case(const Case& c) {
       std::printf("  bwd   bitwise repeatable: %s\n", same ? "ok" : "FAIL");
       ok &= same;
     }
+  }
+  if (c.schedule != Schedule::kAtomic) {
+    // float32 gradients (grad_dtype, ring attention's accumulators): the same sums, unrounded, so
+    // the 16-bit gradients above must be exactly their rounding.
+    DeviceBuffer<float> dq32(nq), dk32(nk), dv32(nk);
+    AttentionParams p32 = d.p;
+    p32.grad_dtype = DType::kFloat32;
+    p32.dq = dq32.ptr;
+    p32.dk = dk32.ptr;
+    p32.dv = dv32.ptr;
+    dq32.poison();
+    dk32.poison();
+    dv32.poison();
+    CHECK_CUDA(jax_dash::sm90::run_bwd(p32, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const std::vector<float> got32[3] = {dq32.download(), dk32.download(), dv32.download()};
+    bool rounded = true;
+    for (int t = 0; t < 3; ++t) {
+      for (size_t i = 0; i < got32[t].size(); ++i) {
+        rounded &= std::isfinite(got32[t][i]) && to_bits(got32[t][i], c.dtype) == first[t][i];
+      }
+    }
+    std::printf("  bwd   float32 gradients round to the 16-bit ones: %s\n", rounded ? "ok" : "FAIL");
+    ok &= rounded;
   }
   std::printf("  wave %d: %s\n", d.p.wave, ok ? "PASS" : "FAIL");
   return ok;

@@ -228,8 +228,9 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
                         static_cast<unsigned>(sp.num_q_tiles));
       bwd::bwd_postprocess_dq_fragment_kernel<Traits>
           <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
-                                                        static_cast<Element*>(p.dq), p.seq_q,
-                                                        p.num_heads, rows_q, p.scale_ptr);
+                                                        p.dq, p.seq_q, p.num_heads, rows_q,
+                                                        p.scale_ptr,
+                                                        p.grad_dtype == DType::kFloat32);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -239,8 +240,8 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     const int64_t blocks = ceil_div(dq_elems, bwd::kPostprocessThreads);
     bwd::bwd_postprocess_dq_kernel<Element, kHeadDim>
         <<<static_cast<unsigned>(blocks), bwd::kPostprocessThreads, 0, stream>>>(
-            p.workspace_f32 + ws.dq_accum, static_cast<Element*>(p.dq), p.batch, p.seq_q,
-            p.num_heads, rows_q, p.scale_ptr);
+            p.workspace_f32 + ws.dq_accum, p.dq, p.batch, p.seq_q, p.num_heads, rows_q,
+            p.scale_ptr, p.grad_dtype == DType::kFloat32);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;

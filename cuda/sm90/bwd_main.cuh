@@ -27,6 +27,7 @@
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"  // ticket acquire/release
+#include "cuda/sm90/bwd_postprocess.cuh"  // store_grad
 #include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
 
 namespace jax_dash::sm90::bwd {
@@ -492,8 +493,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
       // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO.
       const int64_t kv_out_base = (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
-      Element* dk_out = static_cast<Element*>(p.dk) + kv_out_base;
-      Element* dv_out = static_cast<Element*>(p.dv) + kv_out_base;
+      const bool f32 = p.grad_dtype == DType::kFloat32;
       if (!gqa) {
         CUTE_UNROLL
         for (int i = 0; i < size(tdKrdK); ++i) {
@@ -501,8 +501,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           const int c = get<1>(tdKVc(i));
           if (kv0 + r < p.seq_kv) {
             const int64_t o = (kv0 + r) * kv_row_stride + c;
-            dk_out[o] = static_cast<Element>(tdKrdK(i) * scale);
-            dv_out[o] = static_cast<Element>(tdVrdV(i));
+            store_grad<Element>(p.dk, kv_out_base + o, tdKrdK(i) * scale, f32);
+            store_grad<Element>(p.dv, kv_out_base + o, tdVrdV(i), f32);
           }
         }
       } else {
@@ -526,8 +526,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           if (last) {
             if (kv0 + r < p.seq_kv) {
               const int64_t o = (kv0 + r) * kv_row_stride + c;
-              dk_out[o] = static_cast<Element>(dk_sum * scale);
-              dv_out[o] = static_cast<Element>(dv_sum);
+              store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
+              store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
             }
           } else {
             __stcg(dk_addr, dk_sum);

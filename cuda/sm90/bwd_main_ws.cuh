@@ -623,8 +623,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (as bwd_main.cuh).
     const int64_t kv_out_base =
         (static_cast<int64_t>(b) * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
-    Element* dk_out = static_cast<Element*>(p.dk) + kv_out_base;
-    Element* dv_out = static_cast<Element*>(p.dv) + kv_out_base;
+    const bool f32 = p.grad_dtype == DType::kFloat32;
     if (!gqa) {
       CUTE_UNROLL
       for (int i = 0; i < size(tdKrdK); ++i) {
@@ -632,8 +631,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         const int c = get<1>(tdKVc(i));
         if (kv0 + r < p.seq_kv) {
           const int64_t o = (kv0 + r) * kv_row_stride + c;
-          dk_out[o] = static_cast<Element>(tdKrdK(i) * scale);
-          dv_out[o] = static_cast<Element>(tdVrdV(i));
+          store_grad<Element>(p.dk, kv_out_base + o, tdKrdK(i) * scale, f32);
+          store_grad<Element>(p.dv, kv_out_base + o, tdVrdV(i), f32);
         }
       }
     } else {
@@ -657,8 +656,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         if (last) {
           if (kv0 + r < p.seq_kv) {
             const int64_t o = (kv0 + r) * kv_row_stride + c;
-            dk_out[o] = static_cast<Element>(dk_sum * scale);
-            dv_out[o] = static_cast<Element>(dv_sum);
+            store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
+            store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
           }
         } else {
           __stcg(dk_addr, dk_sum);

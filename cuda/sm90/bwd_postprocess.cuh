@@ -11,14 +11,25 @@
 
 namespace jax_dash::sm90::bwd {
 
+// dq, dk, dv element i of a gradient buffer: in the input dtype, or in float32 (unrounded) when the
+// call asked for float32 gradients (AttentionParams::grad_dtype, ring attention's accumulators).
+template <class Element>
+__device__ __forceinline__ void store_grad(void* base, int64_t i, float value, bool f32) {
+  if (f32) {
+    static_cast<float*>(base)[i] = value;
+  } else {
+    static_cast<Element*>(base)[i] = static_cast<Element>(value);
+  }
+}
+
 constexpr int kPostprocessThreads = 256;
 
 // One thread per output element of dq [batch, seq_q, num_heads, head_dim].
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPostprocessThreads)
-    bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, Element* __restrict__ dq,
+    bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, void* __restrict__ dq,
                               int64_t batch, int64_t seq_q, int num_heads, int64_t rows_q,
-                              const float* __restrict__ scale_ptr) {
+                              const float* __restrict__ scale_ptr, bool f32) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kPostprocessThreads + threadIdx.x;
   const int64_t total = batch * seq_q * num_heads * kHeadDim;
   if (i >= total) return;
@@ -28,7 +39,7 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   const int64_t s = (rest / num_heads) % seq_q;
   const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
   const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
-  dq[i] = static_cast<Element>(v * *scale_ptr);
+  store_grad<Element>(dq, i, v * *scale_ptr, f32);
 }
 
 // The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
@@ -38,9 +49,9 @@ __global__ void __launch_bounds__(kPostprocessThreads)
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kMathThreads)
     bwd_postprocess_dq_fragment_kernel(const float* __restrict__ dq_accum,
-                                       typename Traits::Element* __restrict__ dq, int64_t seq_q,
+                                       void* __restrict__ dq, int64_t seq_q,
                                        int num_heads, int64_t rows_q,
-                                       const float* __restrict__ scale_ptr) {
+                                       const float* __restrict__ scale_ptr, bool f32) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -60,7 +71,7 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
       dq_accum + (head_linear * rows_q + static_cast<int64_t>(m) * kBlockM) * kHeadDim);
   const int64_t row_stride = static_cast<int64_t>(num_heads) * kHeadDim;
   const float scale = *scale_ptr;
-  Element* dq_head = dq + b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
+  const int64_t head_offset = b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
   CUTE_UNROLL
   for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
     const float4 v = tile[k * kThreads + tid];
@@ -71,10 +82,16 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
       const int64_t row = static_cast<int64_t>(m) * kBlockM + get<0>(tdQc(4 * k + i));
       const int col = get<1>(tdQc(4 * k + i));
       if (row < seq_q) {
-        __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
-                                        static_cast<Element>(vals[i + 1] * scale)};
-        *reinterpret_cast<uint32_t*>(dq_head + row * row_stride + col) =
-            *reinterpret_cast<const uint32_t*>(pair);
+        const int64_t o = head_offset + row * row_stride + col;
+        if (f32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(dq) + o) =
+              make_float2(vals[i] * scale, vals[i + 1] * scale);
+        } else {
+          __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
+                                          static_cast<Element>(vals[i + 1] * scale)};
+          *reinterpret_cast<uint32_t*>(static_cast<Element*>(dq) + o) =
+              *reinterpret_cast<const uint32_t*>(pair);
+        }
       }
     }
   }

@@ -154,13 +154,6 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
-  if (f32_grads) {
-    // The ring's float32 dq/dk/dv (jax_dash.ring_attention's carried accumulators) are a CPU
-    // feature for now; the Hopper postprocess still writes the query's dtype.
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      "jax_dash: f32_grads (float32 dq/dk/dv for ring attention's backward) is "
-                      "not yet implemented on the GPU; run the ring on the CPU for now");
-  }
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -172,7 +165,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
-                                       &*workspace_i32, &p);
+                                       &*workspace_i32, &p, f32_grads);
       e.failure()) {
     return e;
   }

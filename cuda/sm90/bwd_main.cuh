@@ -225,6 +225,73 @@ __device__ __forceinline__ void load_rows(const typename Traits::Element* const 
   }
 }
 
+// Epilogue of one KV tile n (rows kv0..): dK = scale * sum dS^T Q and dV = sum P^T dO from the
+// accumulators of the calling threads, `tid` their index among the `threads` that `sync`
+// synchronises (a CTA barrier or a named barrier). Without GQA the values go straight to dk/dv;
+// with GQA the query heads of a group add their partial dK_n/dV_n into fp32 workspace accumulators
+// in dkv_ticket order, and the last one converts the sum and writes the output.
+template <class Element, int kHeadDim, class Acc, class Coords, class Sync>
+__device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const ScheduleProblem& sp,
+                                            int tid, float scale, int64_t b, int h, int n,
+                                            int64_t kv0, const Acc& dk, const Acc& dv,
+                                            const Coords& coords, Sync sync) {
+  using namespace cute;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kvh = h / group;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+  const int64_t kv_out_base =
+      (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
+  const bool f32 = p.grad_dtype == DType::kFloat32;
+  if (group == 1) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(dk); ++i) {
+      const int r = get<0>(coords(i));
+      const int c = get<1>(coords(i));
+      if (kv0 + r < p.seq_kv) {
+        const int64_t o = (kv0 + r) * kv_row_stride + c;
+        store_grad<Element>(p.dk, kv_out_base + o, dk(i) * scale, f32);
+        store_grad<Element>(p.dv, kv_out_base + o, dv(i), f32);
+      }
+    }
+    return;
+  }
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
+  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * sp.block_n;
+  int32_t* sem = p.workspace_i32 + ws.dkv_semaphore + kv_head_linear * sp.num_kv_tiles + n;
+  const int ticket = dkv_ticket(sp, h % group, n);
+  if (tid == 0) spin_until_equal(sem, ticket);
+  sync();
+  float* dk_tile = p.workspace_f32 + ws.dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+  float* dv_tile = p.workspace_f32 + ws.dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+  const bool last = ticket == group - 1;
+  CUTE_UNROLL
+  for (int i = 0; i < size(dk); ++i) {
+    const int r = get<0>(coords(i));
+    const int c = get<1>(coords(i));
+    float* dk_addr = dk_tile + r * kHeadDim + c;
+    float* dv_addr = dv_tile + r * kHeadDim + c;
+    const float dk_sum = __ldcg(dk_addr) + dk(i);
+    const float dv_sum = __ldcg(dv_addr) + dv(i);
+    if (last) {
+      if (kv0 + r < p.seq_kv) {
+        const int64_t o = (kv0 + r) * kv_row_stride + c;
+        store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
+        store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
+      }
+    } else {
+      __stcg(dk_addr, dk_sum);
+      __stcg(dv_addr, dv_sum);
+    }
+  }
+  if (!last) {
+    __threadfence();
+    sync();
+    if (tid == 0) red_release_gpu_add(sem, 1);
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_main_kernel(const AttentionParams p, const ScheduleProblem sp, const int64_t total_items) {
@@ -252,18 +319,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
   const float scale_log2 = scale * kLog2e;
   const int group = p.num_heads / p.num_kv_heads;
-  const bool gqa = group > 1;
   const int64_t rows_q = static_cast<int64_t>(sp.num_q_tiles) * kBlockM;
-  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * kBlockN;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                                      p.num_kv_heads, p.head_dim);
   float* dq_accum = p.workspace_f32 + ws.dq_accum;
   const float* dsum_g = p.workspace_f32 + ws.dsum;
   const float* lse_log2_g = p.workspace_f32 + ws.lse_log2;
-  float* dk_accum = p.workspace_f32 + ws.dk_accum;
-  float* dv_accum = p.workspace_f32 + ws.dv_accum;
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
-  int32_t* dkv_sem = p.workspace_i32 + ws.dkv_semaphore;
   int32_t* item_counter = p.workspace_i32 + ws.item_counter;
   // Per-KV-tile tables (Nq entries each) placed after SharedStorage; see visit_table_bytes.
   int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
@@ -337,7 +399,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int64_t b = head_linear / p.num_heads;
     const int h = head_linear % p.num_heads;
     const int kvh = h / group;
-    const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
     const Element* q_head = static_cast<const Element*>(p.q) + b * p.seq_q * q_row_stride +
                             static_cast<int64_t>(h) * kHeadDim;
     const Element* do_head = static_cast<const Element*>(p.dout) + b * p.seq_q * q_row_stride +
@@ -492,54 +553,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       cp_async_wait<0>();  // K/V loads of a tile that visits no Q tile
 
       // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO.
-      const int64_t kv_out_base = (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
-      const bool f32 = p.grad_dtype == DType::kFloat32;
-      if (!gqa) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdKrdK); ++i) {
-          const int r = get<0>(tdKVc(i));
-          const int c = get<1>(tdKVc(i));
-          if (kv0 + r < p.seq_kv) {
-            const int64_t o = (kv0 + r) * kv_row_stride + c;
-            store_grad<Element>(p.dk, kv_out_base + o, tdKrdK(i) * scale, f32);
-            store_grad<Element>(p.dv, kv_out_base + o, tdVrdV(i), f32);
-          }
-        }
-      } else {
-        // Query heads of a group add their partial dK_n/dV_n in dkv_ticket order; the last one
-        // converts the sum and writes the output.
-        int32_t* sem = dkv_sem + kv_head_linear * sp.num_kv_tiles + n;
-        const int ticket = dkv_ticket(sp, h % group, n);
-        if (tid == 0) spin_until_equal(sem, ticket);
-        __syncthreads();
-        float* dk_tile = dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-        float* dv_tile = dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-        const bool last = ticket == group - 1;
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdKrdK); ++i) {
-          const int r = get<0>(tdKVc(i));
-          const int c = get<1>(tdKVc(i));
-          float* dk_addr = dk_tile + r * kHeadDim + c;
-          float* dv_addr = dv_tile + r * kHeadDim + c;
-          const float dk_sum = __ldcg(dk_addr) + tdKrdK(i);
-          const float dv_sum = __ldcg(dv_addr) + tdVrdV(i);
-          if (last) {
-            if (kv0 + r < p.seq_kv) {
-              const int64_t o = (kv0 + r) * kv_row_stride + c;
-              store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
-              store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
-            }
-          } else {
-            __stcg(dk_addr, dk_sum);
-            __stcg(dv_addr, dv_sum);
-          }
-        }
-        if (!last) {
-          __threadfence();
-          __syncthreads();
-          if (tid == 0) red_release_gpu_add(sem, 1);
-        }
-      }
+      store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, n, kv0, tdKrdK, tdVrdV, tdKVc,
+                                     [] { __syncthreads(); });
     }
   }
 }

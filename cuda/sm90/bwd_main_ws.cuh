@@ -403,16 +403,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const bool deterministic = sp.schedule != Schedule::kAtomic;
   const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
   const float scale_log2 = scale * kLog2e;
-  const int group = p.num_heads / p.num_kv_heads;
-  const bool gqa = group > 1;
-  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * kBlockN;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                                      p.num_kv_heads, p.head_dim);
-  float* dk_accum = p.workspace_f32 + ws.dk_accum;
-  float* dv_accum = p.workspace_f32 + ws.dv_accum;
-  int32_t* dkv_sem = p.workspace_i32 + ws.dkv_semaphore;
   int32_t* item_counter = p.workspace_i32 + ws.item_counter;
-  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
 
   Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});   // (Bn, d)
   Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});   // (Bn, d)
@@ -476,10 +469,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
     if (done) break;
 
-    const int b = u.head_linear / p.num_heads;
+    const int64_t b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
-    const int kvh = h / group;
-    const int64_t kv_head_linear = static_cast<int64_t>(b) * p.num_kv_heads + kvh;
     const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
     clear(tdKrdK);
     clear(tdVrdV);
@@ -620,56 +611,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       }
     }
 
-    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (as bwd_main.cuh).
-    const int64_t kv_out_base =
-        (static_cast<int64_t>(b) * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
-    const bool f32 = p.grad_dtype == DType::kFloat32;
-    if (!gqa) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdKrdK); ++i) {
-        const int r = get<0>(tdKVc(i));
-        const int c = get<1>(tdKVc(i));
-        if (kv0 + r < p.seq_kv) {
-          const int64_t o = (kv0 + r) * kv_row_stride + c;
-          store_grad<Element>(p.dk, kv_out_base + o, tdKrdK(i) * scale, f32);
-          store_grad<Element>(p.dv, kv_out_base + o, tdVrdV(i), f32);
-        }
-      }
-    } else {
-      // Query heads of a group add their partial dK_n/dV_n in dkv_ticket order; the last one
-      // converts the sum and writes the output.
-      int32_t* sem = dkv_sem + kv_head_linear * sp.num_kv_tiles + u.n;
-      const int ticket = dkv_ticket(sp, h % group, u.n);
-      if (tid == 0) spin_until_equal(sem, ticket);
-      named_barrier_sync(kMathBarrier, kMathThreads);
-      float* dk_tile = dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-      float* dv_tile = dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-      const bool last = ticket == group - 1;
-      CUTE_UNROLL
-      for (int i = 0; i < size(tdKrdK); ++i) {
-        const int r = get<0>(tdKVc(i));
-        const int c = get<1>(tdKVc(i));
-        float* dk_addr = dk_tile + r * kHeadDim + c;
-        float* dv_addr = dv_tile + r * kHeadDim + c;
-        const float dk_sum = __ldcg(dk_addr) + tdKrdK(i);
-        const float dv_sum = __ldcg(dv_addr) + tdVrdV(i);
-        if (last) {
-          if (kv0 + r < p.seq_kv) {
-            const int64_t o = (kv0 + r) * kv_row_stride + c;
-            store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
-            store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
-          }
-        } else {
-          __stcg(dk_addr, dk_sum);
-          __stcg(dv_addr, dv_sum);
-        }
-      }
-      if (!last) {
-        __threadfence();
-        named_barrier_sync(kMathBarrier, kMathThreads);
-        if (tid == 0) red_release_gpu_add(sem, 1);
-      }
-    }
+    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
+    store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
+                                   [] { named_barrier_sync(kMathBarrier, kMathThreads); });
     named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
   }
   tracer.stop(kTraceMathCycles, t_begin);

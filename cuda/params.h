@@ -62,18 +62,6 @@ struct AttentionParams {
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 };
 
-// The static band of the call.
-JAX_DASH_HD inline MaskBand mask_band(const AttentionParams& p) {
-  MaskBand band{};
-  band.seq_q = p.seq_q;
-  band.seq_kv = p.seq_kv;
-  band.is_causal = p.is_causal;
-  band.has_window = p.has_window;
-  band.window_left = p.window_left;
-  band.window_right = p.window_right;
-  return band;
-}
-
 // The whole mask of batch row b: the band and that row's lengths and segment ids.
 JAX_DASH_HD inline MaskPolicy mask_policy(const AttentionParams& p, int64_t b) {
   MaskPolicy policy{};

@@ -130,8 +130,10 @@ struct ScheduleProblem {
   int64_t window_right;  // key j <= i + window_right
 };
 
-// The static mask of the problem (extents, causal, window): what tickets are built on.
-JAX_DASH_HD inline MaskBand mask_band(const ScheduleProblem& p) {
+// The static mask of a problem (extents, causal, window): what tickets are built on. For a
+// ScheduleProblem and for the AttentionParams of a call (cuda/params.h), which name them alike.
+template <class Problem>
+JAX_DASH_HD inline MaskBand mask_band(const Problem& p) {
   MaskBand band{};
   band.seq_q = p.seq_q;
   band.seq_kv = p.seq_kv;

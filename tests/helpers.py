@@ -5,8 +5,24 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jax_dash.reference import reference_backward, reference_forward
+
+
+def hopper_devices():
+    """The CUDA devices of compute capability 9.0 (Hopper) JAX sees; [] without any."""
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        return []
+    return [d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"]
+
+
+GPU_MARKS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not hopper_devices(), reason="needs a CUDA GPU of compute capability 9.0"),
+]
 
 
 def random_inputs(seed, batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim, dtype):

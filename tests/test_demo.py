@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import hopper_devices
 from jax_dash import demo
 
 TINY = dict(steps=4, seq=32, layers=1, heads=2, head_dim=16, batch=2, dtype="float32")
@@ -251,11 +252,7 @@ def test_defaults_per_backend():
 
 
 def _hopper_device():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return None
-    return next((d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"), None)
+    return (hopper_devices() or [None])[0]
 
 
 @pytest.mark.gpu

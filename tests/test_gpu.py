@@ -16,25 +16,12 @@ import pytest
 
 import jax_dash
 from jax_dash import _ffi
+from helpers import GPU_MARKS, hopper_devices
 from jax_dash.reference import reference_forward
 
 
-def _hopper_device():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return None
-    for device in devices:
-        if str(getattr(device, "compute_capability", "")) == "9.0":
-            return device
-    return None
-
-
-HOPPER = _hopper_device()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(HOPPER is None, reason="needs a CUDA GPU of compute capability 9.0"),
-]
+HOPPER = (hopper_devices() or [None])[0]
+pytestmark = GPU_MARKS
 
 OUT_ATOL = 1e-3
 LSE_ATOL = 1e-3

@@ -14,22 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import assert_close_to_reference, random_inputs
+from helpers import GPU_MARKS, assert_close_to_reference, random_inputs
 from jax_dash.reference import reference_backward, reference_forward
 
 
-def _hopper_present() -> bool:
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return False
-    return bool(devices) and str(getattr(devices[0], "compute_capability", "")).startswith("9")
-
-
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _hopper_present(), reason="needs an NVIDIA Hopper (sm_90) GPU"),
-]
+pytestmark = GPU_MARKS
 
 DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
 ALL_SCHEDULES = DETERMINISTIC + ("atomic",)

@@ -15,26 +15,13 @@ import numpy as np
 import pytest
 
 import jax_dash
-from helpers import assert_close_to_reference, attention_and_grads, random_inputs, references
+from helpers import (GPU_MARKS, assert_close_to_reference, attention_and_grads, hopper_devices,
+                     random_inputs, references)
 from test_masks import CASES, DETERMINISTIC, _mask_args
 
 
-def _hopper_device():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return None
-    for device in devices:
-        if str(getattr(device, "compute_capability", "")) == "9.0":
-            return device
-    return None
-
-
-HOPPER = _hopper_device()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(HOPPER is None, reason="needs a CUDA GPU of compute capability 9.0"),
-]
+HOPPER = (hopper_devices() or [None])[0]
+pytestmark = GPU_MARKS
 ATOL = {jnp.bfloat16: 1e-3, jnp.float16: 1e-3}
 GPU_MASKS_PENDING = pytest.mark.skip(
     reason="GPU mask policy not in the Hopper kernels yet (issue 13)")

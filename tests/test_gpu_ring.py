@@ -18,23 +18,13 @@ import numpy as np
 import pytest
 
 import jax_dash
-from helpers import assert_close_to_reference, attention_and_grads, random_inputs, references
+from helpers import (GPU_MARKS, assert_close_to_reference, attention_and_grads, hopper_devices,
+                     random_inputs, references)
 from jax_dash import ring
 
 
-def _hopper_devices():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return []
-    return [d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"]
-
-
-HOPPER = _hopper_devices()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not HOPPER, reason="needs a CUDA GPU of compute capability 9.0"),
-]
+HOPPER = hopper_devices()
+pytestmark = GPU_MARKS
 
 RING_SIZE = 4
 # batch, seq, heads, kv_heads: GQA; seq / (2 * RING_SIZE) = 128 tokens per zigzag chunk.

@@ -14,7 +14,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_dash
-from helpers import assert_close_to_reference, attention_and_grads, random_inputs, references
+from helpers import (GPU_MARKS, assert_close_to_reference, attention_and_grads, hopper_devices,
+                     random_inputs, references)
 from jax_dash.reference import reference_forward
 
 try:
@@ -23,19 +24,8 @@ except ImportError:  # older jax spells it jax.experimental.shard_map
     from jax.experimental.shard_map import shard_map as _shard_map
 
 
-def _hopper_devices():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return []
-    return [d for d in devices if str(getattr(d, "compute_capability", "")) == "9.0"]
-
-
-HOPPER = _hopper_devices()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not HOPPER, reason="needs a CUDA GPU of compute capability 9.0"),
-]
+HOPPER = hopper_devices()
+pytestmark = GPU_MARKS
 
 SHAPE = (2, 300, 300, 4, 2, 128)  # batch, seq_q, seq_kv, heads, kv_heads, head_dim: GQA, partial tiles
 

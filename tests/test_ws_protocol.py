@@ -1,0 +1,82 @@
+"""The warp-specialized backward's barrier protocol (cuda/sm90/bwd_main_ws.cuh), through its model
+in scripts/ws_protocol_model.py: no interleaving of its roles deadlocks or leaves a barrier
+generation half complete, for unit sequences with and without steps, with one or two dS^T buffers;
+and the model does catch the two mistakes the kernel's comments warn about (a dQEmpty hand-over
+after a unit's last step, an empty-barrier wait on the wrong parity). The model mirrors the kernel
+by hand; the GPU run (scripts/device_ws.sh) is what checks the kernel itself."""
+
+import importlib.util
+import pathlib
+import random
+
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "ws_protocol_model.py"
+
+
+@pytest.fixture(scope="module")
+def model():
+    spec = importlib.util.spec_from_file_location("ws_protocol_model", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unit_sequences(seed, count):
+    rng = random.Random(seed)
+    return rng, [[rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
+                 for _ in range(count)]
+
+
+@pytest.mark.parametrize("ds_stages", [1, 2])
+def test_protocol_never_deadlocks(model, ds_stages):
+    rng, sequences = _unit_sequences(ds_stages, 1500)
+    for units in sequences:
+        model.run(units, rng, ds_stages)
+
+
+def _writer_releasing_after_the_last_step(model):
+    def writer(units):
+        for steps in units + [None]:
+            yield ("sync", model.UNIT)
+            if steps is None:
+                return
+            if steps > 0:
+                yield ("arrive", model.DQ_EMPTY)
+            for _ in range(steps):
+                yield ("sync", model.DQ_FULL)
+                yield ("arrive", model.DQ_EMPTY)
+            yield ("sync", model.UNIT)
+    return writer
+
+
+def _producer_on_the_wrong_parity(model):
+    def producer(units):
+        q_iter = 0
+        for steps in units + [None]:
+            yield ("sync", model.UNIT)
+            if steps is None:
+                return
+            if steps > 0:
+                yield ("mb_arrive", "kv_full")
+            for _ in range(steps):
+                stage, phase = q_iter % model.STAGES, (q_iter // model.STAGES) & 1
+                yield ("mb_wait", f"q_empty{stage}", phase)
+                yield ("mb_arrive", f"q_full{stage}")
+                q_iter += 1
+            yield ("sync", model.UNIT)
+    return producer
+
+
+@pytest.mark.parametrize("role, broken", [("writer", _writer_releasing_after_the_last_step),
+                                          ("producer", _producer_on_the_wrong_parity)])
+def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken):
+    monkeypatch.setattr(model, role, broken(model))
+    rng, sequences = _unit_sequences(7, 200)
+    caught = 0
+    for units in sequences:
+        try:
+            model.run(units, rng, 2)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught > 100

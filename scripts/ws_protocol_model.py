@@ -1,5 +1,6 @@
-"""A model of one CTA of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh): the order in
-which its roles meet at named barriers and mbarriers, run under many random interleavings and unit
+"""A model of one CTA of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh), and of the
+warp-specialized forward (cuda/sm90/fwd_sm90.cu, kWs): the order in which their roles meet at named
+barriers and mbarriers, run under many random interleavings and unit
 sequences (including units with no steps), to show that no interleaving deadlocks and that every
 barrier generation is met by exactly the threads it counts. It models the code as written; it has
 to be kept in step with the kernel by hand (the comments name the code it mirrors).
@@ -29,8 +30,9 @@ class Deadlock(Exception):
 
 
 class CTA:
-    def __init__(self):
-        self.named = {b: {"gen": 0, "arrived": set()} for b in COUNTS}
+    def __init__(self, counts=None):
+        self.counts = counts or COUNTS
+        self.named = {b: {"gen": 0, "arrived": set()} for b in self.counts}
         # mbarriers: arrivals expected per phase, arrivals so far, completed phases.
         self.mbar = {"kv_full": [1, 0, 0]}
         for s in range(STAGES):
@@ -44,7 +46,7 @@ class CTA:
             raise AssertionError(f"{actor} arrives twice at barrier {bar} generation {n['gen']}")
         n["arrived"].add(actor)
         gen = n["gen"]
-        if len(n["arrived"]) == COUNTS[bar]:
+        if len(n["arrived"]) == self.counts[bar]:
             n["gen"] += 1
             n["arrived"] = set()
         return gen
@@ -121,22 +123,78 @@ def math(units, ds_stages):
 
 
 def run(units, rng, ds_stages):
-    cta = CTA()
-    actors = {"P": producer(units), "W": writer(units), "M0": math(units, ds_stages),
-              "M1": math(units, ds_stages)}
-    pending = {name: None for name in actors}  # the operation an actor is blocked on
+    _interleave(CTA(), {"P": producer(units), "W": writer(units),
+                        "M0": math(units, ds_stages), "M1": math(units, ds_stages)},
+                rng, f"units {units}")
+
+
+# ---- forward (fwd_sm90.cu, kWs): producer thread, two math warpgroups taking turns -------------
+
+TURN = (1, 2)  # kTurnBarrier + warpgroup
+
+
+class ForwardCTA(CTA):
+    def __init__(self):
+        super().__init__({TURN[0]: 2, TURN[1]: 2})  # each turn barrier: both math warpgroups
+        self.mbar = {"bar_q": [1, 0, 0]}
+        for s in range(STAGES):
+            for name, count in (("bar_k", 1), ("bar_v", 1), ("k_empty", 2), ("v_empty", 2)):
+                self.mbar[f"{name}{s}"] = [count, 0, 0]
+
+
+def forward_producer(n_end):
+    if n_end == 0:
+        return
+    yield ("mb_arrive", "bar_q")
+    for j in range(n_end):
+        stage, empty_phase = j % STAGES, ((j // STAGES) & 1) ^ 1
+        yield ("mb_wait", f"k_empty{stage}", empty_phase)
+        yield ("mb_arrive", f"bar_k{stage}")
+        yield ("mb_wait", f"v_empty{stage}", empty_phase)
+        yield ("mb_arrive", f"bar_v{stage}")
+
+
+def forward_math(n_end, wg):
+    def turn_end(turn):
+        if not (wg == 1 and turn == n_end):  # the second warpgroup's last hand-over is skipped
+            yield ("arrive", TURN[wg ^ 1])
+
+    if wg == 1 and n_end > 0:
+        yield ("arrive", TURN[0])  # the first warpgroup goes first
+    if n_end > 0:
+        yield ("mb_wait", "bar_q", 0)
+        yield ("sync", TURN[wg])
+        yield ("mb_wait", "bar_k0", 0)                                    # issue_qk(0)
+        yield from turn_end(0)
+        yield ("mb_arrive", "k_empty0")                                   # S_0 complete
+    for it in range(1, n_end):
+        yield ("sync", TURN[wg])
+        yield ("mb_wait", f"bar_k{it % STAGES}", (it // STAGES) & 1)          # issue_qk(it)
+        yield ("mb_wait", f"bar_v{(it - 1) % STAGES}", ((it - 1) // STAGES) & 1)  # issue_pv
+        yield from turn_end(it)
+        yield ("mb_arrive", f"k_empty{it % STAGES}")                      # after wait<1>
+        yield ("mb_wait", "bar_q", 0)                                     # scheduling fence
+        yield ("mb_arrive", f"v_empty{(it - 1) % STAGES}")                # after wait<0>
+    if n_end > 0:
+        yield ("sync", TURN[wg])
+        yield ("mb_wait", f"bar_v{(n_end - 1) % STAGES}", ((n_end - 1) // STAGES) & 1)
+        yield from turn_end(n_end)
+
+
+def run_forward(n_end, rng):
+    _interleave(ForwardCTA(), {"P": forward_producer(n_end), "M0": forward_math(n_end, 0),
+                               "M1": forward_math(n_end, 1)}, rng, f"n_end {n_end}")
+
+
+def _interleave(cta, actors, rng, what):
+    pending = {name: None for name in actors}
     live = set(actors)
     while live:
-        runnable = []
-        for name in sorted(live):
-            op = pending[name]
-            if op is None or _ready(cta, op):
-                runnable.append(name)
+        runnable = [n for n in sorted(live) if pending[n] is None or _ready(cta, pending[n])]
         if not runnable:
-            raise Deadlock(f"units {units}: blocked {({n: pending[n] for n in live})}")
+            raise Deadlock(f"{what}: blocked {({n: pending[n] for n in live})}")
         name = rng.choice(runnable)
-        op = pending[name]
-        if op is not None:  # a wait that is now satisfied
+        if pending[name] is not None:
             pending[name] = None
             continue
         try:
@@ -144,19 +202,17 @@ def run(units, rng, ds_stages):
         except StopIteration:
             live.discard(name)
             continue
-        kind = op[0]
-        if kind == "sync":
+        if op[0] == "sync":
             pending[name] = ("joined", op[1], cta.arrive(op[1], name))
-        elif kind == "arrive":
+        elif op[0] == "arrive":
             cta.arrive(op[1], name)
-        elif kind == "mb_arrive":
+        elif op[0] == "mb_arrive":
             cta.mb_arrive(op[1])
-        elif kind == "mb_wait":
+        else:
             pending[name] = op
-    # Every generation of every named barrier was completed by exactly its count of actors.
     leftovers = {b: sorted(n["arrived"]) for b, n in cta.named.items() if n["arrived"]}
     if leftovers:
-        raise AssertionError(f"units {units}: partial barrier generations left {leftovers}")
+        raise AssertionError(f"{what}: partial barrier generations left {leftovers}")
 
 
 def _ready(cta, op):
@@ -179,8 +235,11 @@ def main():
         for _ in range(args.trials):
             units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
             run(units, rng, ds_stages)
-    print(f"ok: {args.trials} random unit sequences x interleavings per dS^T setting, "
-          "no deadlock, every barrier generation complete")
+    for _ in range(args.trials):
+        run_forward(rng.randint(0, 9), rng)
+    print(f"ok: backward {args.trials} random unit sequences per dS^T setting, forward "
+          f"{args.trials} random KV-tile counts, each under a random interleaving: no deadlock, "
+          "every barrier generation complete")
 
 
 if __name__ == "__main__":

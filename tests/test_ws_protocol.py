@@ -1,8 +1,9 @@
-"""The warp-specialized backward's barrier protocol (cuda/sm90/bwd_main_ws.cuh), through its model
-in scripts/ws_protocol_model.py: no interleaving of its roles deadlocks or leaves a barrier
-generation half complete, for unit sequences with and without steps, with one or two dS^T buffers;
-and the model does catch the two mistakes the kernel's comments warn about (a dQEmpty hand-over
-after a unit's last step, an empty-barrier wait on the wrong parity). The model mirrors the kernel
+"""The warp-specialized kernels' barrier protocols (cuda/sm90/bwd_main_ws.cuh; fwd_sm90.cu, kWs),
+through their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or
+leaves a barrier generation half complete (backward: unit sequences with and without steps, one or
+two dS^T buffers; forward: 0-12 KV tiles, ping-pong turns); and the model does catch the mistakes
+the kernels' comments warn about (a dQEmpty hand-over after a unit's last step, an empty-barrier
+wait on the wrong parity, a missing or an extra ping-pong hand-over). The model mirrors the kernel
 by hand; the GPU run (scripts/device_ws.sh) is what checks the kernel itself."""
 
 import importlib.util
@@ -80,3 +81,40 @@ def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken):
         except (model.Deadlock, AssertionError):
             caught += 1
     assert caught > 100
+
+
+def test_forward_protocol_never_deadlocks(model):
+    rng = random.Random(3)
+    for n_end in list(range(0, 13)) * 40:
+        model.run_forward(n_end, rng)
+
+
+def _math_without_the_first_hand_over(original, model):
+    def forward_math(n_end, wg):
+        ops = original(n_end, wg)
+        if wg == 1 and n_end > 0:
+            next(ops)  # drop the initial arrive that lets the first warpgroup go first
+        return ops
+    return forward_math
+
+
+def _math_handing_over_after_the_last_turn(original, model):
+    def forward_math(n_end, wg):
+        yield from original(n_end, wg)
+        if wg == 1 and n_end > 0:  # the hand-over the kernel skips
+            yield ("arrive", model.TURN[0])
+    return forward_math
+
+
+@pytest.mark.parametrize("broken", [_math_without_the_first_hand_over,
+                                    _math_handing_over_after_the_last_turn])
+def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken):
+    monkeypatch.setattr(model, "forward_math", broken(model.forward_math, model))
+    rng = random.Random(5)
+    caught = 0
+    for n_end in range(1, 9):
+        try:
+            model.run_forward(n_end, rng)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught == 8

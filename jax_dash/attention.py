@@ -243,9 +243,10 @@ def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, mask_arrays, is_causal,
 
 def _auto_schedule(query, key, is_causal, window=None):
     """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, causal + window band) and the nominal wave of the device the computation
-    runs on. Batch size and head count are deliberately not passed: under vmap, sharding or a
-    different batch the same sequence must get the same schedule, hence the same bits.
+    problem (seq_q, seq_kv, head_dim, causal + window band) and the nominal wave of the device the
+    computation runs on. Batch size, head count and the data (lengths, segment ids) are
+    deliberately not passed: under vmap, sharding or a different batch the same sequence must get
+    the same schedule, hence the same bits.
 
     The device: that of concrete (not traced) inputs; for traced inputs it is not known before
     lowering, so the choice is made per platform (CPU and, where JAX has one, the GPU) and

@@ -197,7 +197,8 @@ def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal):
     args = (q, k, v, out, lse, dout, scale)
     if isinstance(schedule, str):
         return call(schedule)(*args)
-    return jax.lax.platform_dependent(*args, **{platform: call(name) for platform, name in schedule})
+    branches = {platform: call(name) for platform, name in schedule}
+    return jax.lax.platform_dependent(*args, **branches)
 
 
 def merge(out_acc, lse_acc, out_block, lse_block):

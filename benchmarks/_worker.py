@@ -58,6 +58,9 @@ def env_info() -> dict:
         "numpy": np.__version__,
         "python": py_platform.python_version(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # Which Hopper kernels jax_dash ran (cuda/sm90/launch.h: opt-in warp-specialized variants).
+        "jax_dash_kernels": {var: os.environ.get(var, "")
+                             for var in ("JAX_DASH_SM90_FWD", "JAX_DASH_SM90_BWD")},
         "worker_pid": os.getpid(),
         "cudnn": None,
         "driver": None,

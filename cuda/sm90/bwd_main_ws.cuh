@@ -56,7 +56,7 @@ using namespace cute;
 // Named barriers (0 is __syncthreads).
 enum WsBarrier : int {
   kUnitBarrier = 1,     // producer warp + writer warp + math: a unit is published / finished
-  kPdSBarrier = 2,      // math: P^T and dS^T of this step are in shared memory
+  kPdSBarrier = 2,      // math: dS^T (and, SS, P^T) of this step are in shared memory
   kdQFullBarrier = 3,   // math arrive, writer sync: the step's dQ partial is in shared memory
   kdQEmptyBarrier = 4,  // writer arrive, math sync: the dQ buffer may be overwritten
   kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue

@@ -48,6 +48,7 @@
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd_main.cuh"
 #include "cuda/sm90/softmax.cuh"  // exp2_ftz
+#include "cuda/sm90/tma.cuh"
 
 namespace jax_dash::sm90::bwd {
 
@@ -174,16 +175,10 @@ struct WsTraits {
   static constexpr uint32_t kQStageBytes =
       2u * kBlockM * kHeadDim * sizeof(Element) + 2u * kBlockM * sizeof(float);
 
-  // Global tensors as (seq, d, heads, batch); TMA zero-fills rows past seq.
-  using GmemShape = Shape<int32_t, HeadDim, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   template <class SmemLayout>
   static auto make_tma(const Element* ptr, int32_t seq, int32_t heads, int32_t batch,
                        SmemLayout smem_layout) {
-    const int64_t row_stride = int64_t(heads) * kHeadDim;
-    Tensor g = make_tensor(make_gmem_ptr(ptr), GmemShape{seq, HeadDim{}, heads, batch},
-                           GmemStride{row_stride, _1{}, int64_t(kHeadDim), row_stride * seq});
-    return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout);
+    return make_bshd_tma<Element, kHeadDim>(ptr, seq, heads, batch, smem_layout);
   }
   using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
   using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKV{}));

@@ -214,22 +214,31 @@ __device__ __forceinline__ void gemm_rs(TiledMma& mma, TA& tA, TB const& tB, TC&
   warpgroup_fence_operand(tA);
 }
 
-// The current unit as every role reads it after the unit barrier.
+// A unit as every role sees it: its head and KV tile (from the global item and the KV tile's index
+// within the item), and its number of steps.
 struct WsUnit {
-  int64_t item;  // global item
   int head_linear;
   int n;  // KV tile
   int num_steps;
 };
 
-__device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t item, int kv) {
-  WsUnit u;
-  u.item = item;
+__device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t item, int kv,
+                                           int num_steps) {
   const int per_head = items_per_head(sp);
-  u.head_linear = static_cast<int>(item / per_head);
-  u.n = item_kv_tile(sp, static_cast<int>(item % per_head), kv);
-  u.num_steps = 0;
-  return u;
+  return WsUnit{static_cast<int>(item / per_head),
+                item_kv_tile(sp, static_cast<int>(item % per_head), kv), num_steps};
+}
+
+// The producer's and the writer's unit hand-off: waits at the unit barrier for the unit the math
+// warpgroups published; false when there is no work left.
+template <class Traits, class Storage>
+__device__ __forceinline__ bool published_unit(const WsParams<Traits>& P, const Storage& smem,
+                                               WsUnit* u) {
+  named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+  const int64_t item = smem.unit_item;
+  if (item >= P.total_items) return false;
+  *u = read_unit(P.sp, item, smem.unit_kv, smem.unit_num_steps);
+  return true;
 }
 
 // ---- producer warp ------------------------------------------------------------------------------
@@ -267,12 +276,9 @@ __device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& 
   Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
 
   int q_iter = 0;  // steps issued so far (all units): stage = q_iter % 2, phase = (q_iter / 2) & 1
-  while (true) {
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
-    const int64_t item = smem.unit_item;
-    if (item >= P.total_items) break;
-    const WsUnit u = read_unit(P.sp, item, smem.unit_kv);
-    const int num_steps = smem.unit_num_steps;
+  WsUnit u;
+  while (published_unit(P, smem, &u)) {
+    const int num_steps = u.num_steps;
     const int b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
     const int kvh = h / group;
@@ -331,12 +337,9 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
 
-  while (true) {
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
-    const int64_t item = smem.unit_item;
-    if (item >= P.total_items) break;
-    const WsUnit u = read_unit(P.sp, item, smem.unit_kv);
-    const int num_steps = smem.unit_num_steps;
+  WsUnit u;
+  while (published_unit(P, smem, &u)) {
+    const int num_steps = u.num_steps;
     // The buffer is free for the unit's first step (the previous unit's reductions were waited for).
     if (num_steps > 0) named_barrier_arrive(kdQEmptyBarrier, Traits::kdQThreads);
     for (int s = 0; s < num_steps; ++s) {
@@ -450,7 +453,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     WsUnit u{};
     int num_steps = 0;
     if (!done) {
-      u = read_unit(sp, item, kv);
+      u = read_unit(sp, item, kv, 0);
       // Visit order and tickets of this unit go to shared memory while no accumulator is live:
       // the schedule functions are too register-hungry to evaluate in the step loop.
       num_steps = q_visit_count(sp, u.head_linear, u.n);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the warp-specialized kernels (backward cuda/sm90/bwd_main_ws.cuh, opt-in with
-# JAX_DASH_SM90_BWD=ws, or ws-rs with dV/dK from registers; forward with a producer warpgroup and
-# ping-pong, JAX_DASH_SM90_FWD=ws):
+# One device call for the warp-specialized kernels (backward cuda/sm90/bwd_main_ws.cuh: ws-rs, the
+# default, with dV/dK from registers, or JAX_DASH_SM90_BWD=ws; forward with a producer warpgroup and
+# ping-pong, the default; JAX_DASH_SM90_{FWD,BWD}=classic select the first kernels):
 # build, the standalone driver's checks under the default and the new kernels (each under a
 # timeout: a hang is a result), compute-sanitizer on the new kernels, then kernel-only timings of
 # both at the headline shapes with the new backward's per-role wait trace.
@@ -38,7 +38,7 @@ JAX_DASH_SM90_BWD=ws step check_bwd_ws 60 "$DRIVER"
 bwd_ok=$?
 JAX_DASH_SM90_BWD=ws-rs step check_bwd_ws_rs 60 "$DRIVER"
 bwd_rs_ok=$?
-step check_classic 60 "$DRIVER"
+JAX_DASH_SM90_FWD=classic JAX_DASH_SM90_BWD=classic step check_classic 60 "$DRIVER"
 [[ $fwd_ok -eq 0 && $bwd_ok -eq 0 && $bwd_rs_ok -eq 0 ]] && step variants 60 "$DRIVER" variants
 # The "_ws" steps below run each new kernel that passed its check (ws-rs before ws).
 [[ $fwd_ok -eq 0 ]] && export JAX_DASH_SM90_FWD=ws
@@ -47,6 +47,7 @@ elif [[ $bwd_ok -eq 0 ]]; then export JAX_DASH_SM90_BWD=ws; fi
 ws_ok=$(( fwd_ok == 0 || bwd_ok == 0 || bwd_rs_ok == 0 ? 0 : 1 ))
 sanitize_tools=${SANITIZE-synccheck}
 if [[ $ws_ok -eq 0 && -n "$sanitize_tools" ]]; then
+  mkdir -p "$OUT/san"
   OUT="$OUT/san" TOOLS="$sanitize_tools" LIMIT=120 \
     step sanitize_ws 300 bash scripts/sanitize.sh "$DRIVER"
 fi
@@ -57,7 +58,7 @@ shapes=("2 8192 16 16 128 0 descending" "2 8192 16 16 128 0 atomic"
         "1 16384 32 32 64 0 atomic" "1 16384 32 32 64 1 symmetric_shift")
 for shape in "${shapes[@]}"; do
   tag=$(echo "$shape" | tr ' ' '_')
-  JAX_DASH_SM90_FWD= JAX_DASH_SM90_BWD= step "bench_classic_$tag" 45 "$DRIVER" bench $shape "$iters"
+  JAX_DASH_SM90_FWD=classic JAX_DASH_SM90_BWD=classic step "bench_classic_$tag" 45 "$DRIVER" bench $shape "$iters"
   [[ $bwd_ok -eq 0 ]] && JAX_DASH_SM90_BWD=ws step "bench_ws_$tag" 45 "$DRIVER" bench $shape "$iters"
   [[ $bwd_rs_ok -eq 0 ]] && JAX_DASH_SM90_BWD=ws-rs step "bench_wsrs_$tag" 45 "$DRIVER" bench $shape "$iters"
 done

@@ -9,10 +9,10 @@
 //                                  profiler; prints the mean time of each, and with the
 //                                  warp-specialized backward the per-role wait trace of one run
 //   jax_dash_sm90_check variants   the same bits from the kernel variants that promise them: the
-//                                  default and the warp-specialized forward; the ws and ws-rs
+//                                  classic and the warp-specialized forward; the ws and ws-rs
 //                                  backward (each the same cases, compared bitwise)
-//   JAX_DASH_SM90_BWD=ws|ws-rs     selects a warp-specialized backward (bwd_main_ws.cuh)
-//   JAX_DASH_SM90_FWD=ws           selects the warp-specialized, ping-pong forward
+//   JAX_DASH_SM90_BWD=ws-rs|ws|classic  the backward main kernel (default ws-rs; launch.h)
+//   JAX_DASH_SM90_FWD=ws|classic        the forward kernel (default ws)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
@@ -419,13 +419,14 @@ int variants(const Case* cases, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const Case& c = cases[i];
     if (c.schedule == Schedule::kAtomic) continue;  // races: no bits to compare
-    const Outputs f0 = run_with(c, "JAX_DASH_SM90_FWD", ""), f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws");
+    const Outputs f0 = run_with(c, "JAX_DASH_SM90_FWD", "classic"),
+                  f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws");
     const bool fwd_same = f0.out == f1.out && std::memcmp(f0.lse.data(), f1.lse.data(),
                                                           f0.lse.size() * sizeof(float)) == 0;
     const Outputs b0 = run_with(c, "JAX_DASH_SM90_BWD", "ws"),
                   b1 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs");
     const bool bwd_same = b0.dq == b1.dq && b0.dk == b1.dk && b0.dv == b1.dv;
-    std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward default == ws: %s; "
+    std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward classic == ws: %s; "
                 "backward ws == ws-rs: %s\n",
                 i, static_cast<long long>(c.seq_q), static_cast<long long>(c.seq_kv), c.head_dim,
                 c.causal ? "causal" : "full", schedule_name(c.schedule),
@@ -516,7 +517,7 @@ int bench(int argc, char** argv) {
               c.kv_heads, c.head_dim, c.causal ? "causal" : "full", schedule_name(c.schedule),
               p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
               2.5 * flops / (bwd_ms / iters) * 1e-9);
-  if (jax_dash::sm90::bwd_uses_warp_specialized()) print_trace(p);
+  if (jax_dash::sm90::bwd_uses_warp_specialized(p)) print_trace(p);
   return 0;
 }
 
@@ -555,13 +556,15 @@ int main(int argc, char** argv) {
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
   };
   if (compare_variants) return variants(cases, sizeof(cases) / sizeof(cases[0]));
-  const char* fwd_variant = std::getenv("JAX_DASH_SM90_FWD");
-  std::printf("backward main kernel: %s; forward: %s\n",
-              jax_dash::sm90::bwd_uses_warp_specialized() ? "warp-specialized (bwd_main_ws.cuh)"
-                                                          : "bwd_main.cuh",
-              fwd_variant != nullptr && std::strcmp(fwd_variant, "ws") == 0
-                  ? "warp-specialized + ping-pong"
-                  : "default");
+  if (std::string e = jax_dash::sm90::kernel_selection_error(); !e.empty()) {
+    std::fprintf(stderr, "%s\n", e.c_str());
+    return 2;
+  }
+  const char* bwd_variant = std::getenv("JAX_DASH_SM90_BWD");
+  std::printf("backward main kernel: %s (long queries: classic); forward: %s\n",
+              bwd_variant == nullptr || *bwd_variant == '\0' ? "ws-rs" : bwd_variant,
+              jax_dash::sm90::fwd_uses_warp_specialized() ? "warp-specialized + ping-pong"
+                                                          : "classic");
   int failed = 0;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
   std::printf("%s: %d of %zu cases failed\n", failed ? "FAIL" : "PASS", failed,

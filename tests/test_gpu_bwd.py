@@ -217,5 +217,40 @@ def test_backward_too_long_for_shared_memory_is_refused_before_launch():
             rf"head_dim={head_dim} on this GPU .* got seq_q={seq}")):
         jax.block_until_ready(_bwd_fn(0.1, False, "descending")(q, q, q, q, lse, q))
     q, k, v, dout, out, lse, scale = _gpu_inputs(0, 1, 256, 256, 2, 2, 64, jnp.bfloat16, True)
-    dq, dk, dv = _bwd_fn(scale, True, "descending")(q, k, v, out, lse, dout)
+    dq, dk, dv = _bwd_fn(scale, True, "descending")(q, k, v, out.astype(q.dtype), lse, dout)
     assert all(bool(jnp.all(jnp.isfinite(g.astype(jnp.float32)))) for g in (dq, dk, dv))
+
+
+def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
+    """A query longer than the warp-specialized kernel's shared-memory tables (about 254k tokens at
+    head_dim 128) runs the classic main kernel instead of failing: the default call gives exactly
+    the bits of JAX_DASH_SM90_BWD=classic, and both match the reference."""
+    seq_q, seq_kv = 300_000, 200
+    q, k, v, dout, out, lse, scale = _gpu_inputs(7, 1, seq_q, seq_kv, 1, 1, 128, jnp.bfloat16,
+                                                 False)
+    out = out.astype(q.dtype)
+    monkeypatch.delenv("JAX_DASH_SM90_BWD", raising=False)
+    default = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
+    jax.block_until_ready(default)
+    monkeypatch.setenv("JAX_DASH_SM90_BWD", "classic")
+    classic = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
+    for name, a, b in zip(("dq", "dk", "dv"), default, classic):
+        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), name
+    _check_against_reference(q, k, v, dout, out, lse, scale, False, default,
+                             tag=f"seq_q={seq_q} (classic kernel)")
+
+
+@pytest.mark.parametrize("var,value", [("JAX_DASH_SM90_BWD", "fast"),
+                                       ("JAX_DASH_SM90_FWD", "ws-rs")])
+def test_unknown_kernel_variant_is_a_clear_error(monkeypatch, var, value):
+    """An unknown kernel name in the environment is refused before anything runs, naming the
+    variable and the names allowed; the next call with a valid name runs normally."""
+    q, k, v, dout, out, lse, scale = _gpu_inputs(8, 1, 256, 256, 2, 2, 64, jnp.bfloat16, False)
+    out = out.astype(q.dtype)
+    monkeypatch.setenv(var, value)
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match=rf"INVALID_ARGUMENT: jax_dash: {var}='{value}' names no"):
+        jax.block_until_ready(_bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout))
+    monkeypatch.delenv(var)
+    grads = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
+    assert all(bool(jnp.all(jnp.isfinite(g.astype(jnp.float32)))) for g in grads)

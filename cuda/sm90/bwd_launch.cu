@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <cutlass/numeric_types.h>
 
@@ -23,19 +24,23 @@ namespace {
 using bwd::BwdTraits;
 using bwd::WsTraits;
 
-// Which main kernel runs: bwd_main.cuh (default, verified on an H100) or the warp-specialized
-// bwd_main_ws.cuh, opt-in until verified on a GPU: JAX_DASH_SM90_BWD=ws (all products SS, stages
-// S1 + S2) or ws-rs (dV, dK with A from registers, + S3). All have the same items, visit orders and
-// tickets; the warp-specialized kernels' gradients are another bits version than bwd_main.cuh's.
-enum class BwdKernel { kDefault, kWarpSpecialized, kWarpSpecializedRs };
-BwdKernel bwd_kernel() {
+// Which main kernel runs (JAX_DASH_SM90_BWD, read at each call): the warp-specialized
+// bwd_main_ws.cuh with dV, dK from registers ("ws-rs", the default when unset or empty; stages
+// S1-S3), the same with all products from shared memory ("ws"), or the first kernel bwd_main.cuh
+// ("classic"). All have the same items, visit orders and tickets; the warp-specialized kernels'
+// gradients are another bits version than bwd_main.cuh's (docs/determinism.md). A query too long
+// for the warp-specialized kernel's shared-memory tables (about 254k tokens at head_dim 128) runs
+// the classic kernel, whose tables are smaller (about 450k).
+enum class BwdKernel { kClassic, kWarpSpecialized, kWarpSpecializedRs, kInvalid };
+BwdKernel requested_bwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_BWD");
-  if (v == nullptr) return BwdKernel::kDefault;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "ws-rs") == 0) {
+    return BwdKernel::kWarpSpecializedRs;
+  }
   if (std::strcmp(v, "ws") == 0) return BwdKernel::kWarpSpecialized;
-  if (std::strcmp(v, "ws-rs") == 0) return BwdKernel::kWarpSpecializedRs;
-  return BwdKernel::kDefault;
+  if (std::strcmp(v, "classic") == 0) return BwdKernel::kClassic;
+  return BwdKernel::kInvalid;
 }
-bool use_warp_specialized() { return bwd_kernel() != BwdKernel::kDefault; }
 template <class Element, int kHeadDim>
 using WsSsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
@@ -80,17 +85,6 @@ bool dispatch_traits(const AttentionParams& p, F&& f) {
   return false;
 }
 
-// Calls f(traits-tag) for the main kernel in use (use_warp_specialized()).
-template <class F>
-bool dispatch(const AttentionParams& p, F&& f) {
-  switch (bwd_kernel()) {
-    case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
-    case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
-    case BwdKernel::kDefault: break;
-  }
-  return dispatch_traits<BwdTraits>(p, f);
-}
-
 template <class Traits>
 auto main_kernel() {
   if constexpr (Traits::kWarpSpecialized) {
@@ -98,6 +92,42 @@ auto main_kernel() {
   } else {
     return bwd::bwd_main_kernel<Traits>;
   }
+}
+
+// Whether one CTA of Traits' main kernel fits in the device's shared memory for this seq_q.
+template <class Traits>
+bool fits_shared_memory(const AttentionParams& p) {
+  int device = 0, max_smem = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return false;
+  }
+  return Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM)) <= max_smem;
+}
+
+// The main kernel this problem runs: the requested one, or the classic kernel where a
+// warp-specialized CTA would not fit (a long query).
+BwdKernel bwd_kernel(const AttentionParams& p) {
+  const BwdKernel k = requested_bwd_kernel();
+  bool fits = true;
+  auto check = [&](auto traits) { fits = fits_shared_memory<decltype(traits)>(p); };
+  if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
+  if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
+  return fits ? k : BwdKernel::kClassic;
+}
+
+// Calls f(traits-tag) for the main kernel this problem runs; false if there is none (an unknown
+// JAX_DASH_SM90_BWD, an unsupported dtype or head_dim).
+template <class F>
+bool dispatch(const AttentionParams& p, F&& f) {
+  switch (bwd_kernel(p)) {
+    case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
+    case BwdKernel::kInvalid: break;
+  }
+  return false;
 }
 
 // Resident CTAs of the main kernel for this problem (its smem grows with Nq); 0 if one CTA does not
@@ -272,6 +302,21 @@ cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream, unsigned long
 
 int bwd_trace_slots() { return bwd::kWsTraceSlots; }
 
-bool bwd_uses_warp_specialized() { return use_warp_specialized(); }
+bool bwd_uses_warp_specialized(const AttentionParams& p) {
+  const BwdKernel k = bwd_kernel(p);
+  return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs;
+}
+
+std::string kernel_selection_error() {
+  if (requested_bwd_kernel() == BwdKernel::kInvalid) {
+    return std::string("jax_dash: JAX_DASH_SM90_BWD='") + std::getenv("JAX_DASH_SM90_BWD") +
+           "' names no backward kernel; use ws-rs (the default), ws or classic";
+  }
+  if (!fwd_kernel_valid()) {
+    return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +
+           "' names no forward kernel; use ws (the default) or classic";
+  }
+  return std::string();
+}
 
 }  // namespace jax_dash::sm90

@@ -121,6 +121,7 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
+  if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (out->element_type() != q.element_type() ||
       static_cast<int64_t>(out->element_count()) !=
           p.batch * p.seq_q * p.num_heads * p.head_dim) {
@@ -163,6 +164,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
+  if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
                                        &*workspace_i32, &p, f32_grads);

@@ -9,8 +9,8 @@
 // cores work while the softmax runs. KV tiles are visited last to first so the tiles that need
 // element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
 //
-// Warp-specialized variant (kWs, opt-in with JAX_DASH_SM90_FWD=ws until verified on a GPU; stages
-// F1 + F2 of shared/KERNEL_PLAN.md): a third warpgroup, registers lowered to 24, issues every TMA
+// Warp-specialized variant (kWs, the default since its H100 run of 2026-11-23; the first kernel runs
+// with JAX_DASH_SM90_FWD=classic; stages F1 + F2 of shared/KERNEL_PLAN.md): a third warpgroup, registers lowered to 24, issues every TMA
 // load; each K/V stage has an "empty" mbarrier that each math warp arrives on once its wgmma has
 // read the stage (K_j after S_j, V_j after P_j V_j), so no CTA-wide barrier runs in the loop; and
 // the two math warpgroups (registers raised to 240) take turns issuing their wgmmas (two named
@@ -510,9 +510,19 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
-  const char* variant = std::getenv("JAX_DASH_SM90_FWD");
-  return variant != nullptr && std::strcmp(variant, "ws") == 0 ? dispatch_fwd<true>(p, stream)
-                                                               : dispatch_fwd<false>(p, stream);
+  if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
+  return fwd_uses_warp_specialized() ? dispatch_fwd<true>(p, stream)
+                                     : dispatch_fwd<false>(p, stream);
+}
+
+bool fwd_kernel_valid() {
+  const char* v = std::getenv("JAX_DASH_SM90_FWD");
+  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 || std::strcmp(v, "classic") == 0;
+}
+
+bool fwd_uses_warp_specialized() {
+  const char* v = std::getenv("JAX_DASH_SM90_FWD");
+  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0;
 }
 
 }  // namespace jax_dash::sm90

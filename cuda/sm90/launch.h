@@ -4,10 +4,24 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/params.h"
 
 namespace jax_dash::sm90 {
+
+// Which kernels run is read from the environment at each call:
+//   JAX_DASH_SM90_FWD  ws (the default when unset or empty): producer warpgroup, ping-pong math
+//                      warpgroups; classic: the first kernel. Both give the same bits.
+//   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
+//                      registers; ws: the same with every product from shared memory; classic:
+//                      bwd_main.cuh. ws and ws-rs give the same bits, classic another version. A
+//                      query too long for the warp-specialized kernel's shared memory runs classic.
+// kernel_selection_error(): empty if both variables are valid, else a message naming the variable
+// and the values allowed (the handlers return it before enqueuing anything).
+std::string kernel_selection_error();
+bool fwd_kernel_valid();
+bool fwd_uses_warp_specialized();
 
 // Forward: fills p.out and p.lse. Never synchronizes; returns the first CUDA error.
 cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream);
@@ -25,12 +39,12 @@ cudaError_t bwd_occupancy(const AttentionParams& p, BwdOccupancy* out);
 
 // Backward: preprocess (dsum, zeroed workspace), main (tickets of p.schedule), postprocess.
 // p.wave must be in [1, bwd_occupancy(p).wave]. Never synchronizes; returns the first CUDA error.
-// With JAX_DASH_SM90_BWD=ws (or ws-rs) in the environment a warp-specialized main kernel runs
-// (opt-in until verified on a GPU); `trace`, if not null, then receives its per-role wait counters
-// (bwd_trace_slots() per CTA, at least p.wave CTAs; cuda/sm90/bwd_main_ws.cuh WsTraceSlot).
+// `trace`, if not null and the problem runs a warp-specialized main kernel
+// (bwd_uses_warp_specialized(p)), receives its per-role wait counters (bwd_trace_slots() per CTA,
+// at least p.wave CTAs; cuda/sm90/bwd_main_ws.cuh WsTraceSlot).
 cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream,
                     unsigned long long* trace = nullptr);
 int bwd_trace_slots();
-bool bwd_uses_warp_specialized();
+bool bwd_uses_warp_specialized(const AttentionParams& p);
 
 }  // namespace jax_dash::sm90

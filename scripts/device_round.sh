@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One device call, in stages, each under its own time limit and all within DEADLINE seconds
+# (default 570) of the start; logs go to a scratch folder and come back as one tarball plus the
+# short text files under $OUT (the device tool returns at most 8 files).
+#   STAGES="build checks tests bench" bash scripts/device_round.sh
+# Stages:
+#   build     pip wheel + install (the wheel and the standalone driver are copied to $OUT, so a
+#             later call can carry them back in a folder named by PREBUILT and skip the build)
+#   ws        scripts/device_ws.sh without its build (driver checks, synccheck, kernel timings)
+#   checks    the standalone driver: default kernels, classic kernels, the variants' bits
+#   sanitize  scripts/sanitize.sh over the driver (TOOLS, default all four)
+#   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
+#   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULT=${OUT:-$PWD/device_out}
+SCRATCH=${SCRATCH:-/tmp/device_round}
+DEADLINE=${DEADLINE:-570}
+STAGES=${STAGES:-build ws tests}
+PY=${PYTHON:-python3}
+mkdir -p "$RESULT" "$SCRATCH"
+export PYTHONUNBUFFERED=1
+summary=()
+stage() {  # stage NAME LIMIT CMD...: at most LIMIT seconds and never past the deadline
+  local name=$1 limit=$2; shift 2
+  local left=$((DEADLINE - SECONDS - 15))
+  (( left < limit )) && limit=$left
+  if (( limit < 20 )); then summary+=("$name: skipped (deadline)"); return 1; fi
+  local start=$SECONDS rc=0
+  timeout "$limit" "$@" >"$SCRATCH/$name.log" 2>&1 || rc=$?
+  summary+=("$name: rc=$rc ($((SECONDS - start))s) $(grep -v '^\s*$' "$SCRATCH/$name.log" | tail -n 1 | cut -c1-150)")
+  return $rc
+}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+driver() { find build prebuilt_driver -name jax_dash_sm90_check -type f 2>/dev/null | head -n 1; }
+
+stage cutlass 120 "$PY" -m pip install -q --no-index --no-deps .whl/nvidia_cutlass*.whl
+if [[ -n "${PREBUILT:-}" ]] && ls "$PREBUILT"/*.whl >/dev/null 2>&1; then
+  stage install 120 "$PY" -m pip install --no-index --no-deps --force-reinstall "$PREBUILT"/*.whl
+  mkdir -p prebuilt_driver && cp "$PREBUILT/jax_dash_sm90_check" prebuilt_driver/ && chmod +x prebuilt_driver/*
+elif has build; then
+  rm -rf "$SCRATCH/wheel"
+  stage build 420 "$PY" -m pip wheel --no-build-isolation --no-deps -v -w "$SCRATCH/wheel" . &&
+    stage install 120 "$PY" -m pip install --no-index --no-deps --force-reinstall "$SCRATCH"/wheel/*.whl
+  cp "$SCRATCH"/wheel/*.whl "$RESULT/" 2>/dev/null
+  d=$(driver); [[ -n "$d" ]] && cp "$d" "$RESULT/"
+fi
+D=$(driver)
+if has ws; then
+  stage ws 400 env OUT="$SCRATCH/ws" SKIP_BUILD=1 bash scripts/device_ws.sh
+fi
+if has checks && [[ -n "$D" ]]; then
+  stage check_default 90 "$D"
+  stage check_classic 90 env JAX_DASH_SM90_FWD=classic JAX_DASH_SM90_BWD=classic "$D"
+  stage variants 90 "$D" variants
+fi
+if has sanitize && [[ -n "$D" ]]; then
+  stage sanitize 400 env OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" bash scripts/sanitize.sh "$D"
+fi
+if has tests; then
+  stage tests 400 env OUT="$SCRATCH/gt" bash scripts/gpu_tests.sh 8 --timeout 120 ${GPU_TEST_ARGS:-}
+  cp "$SCRATCH/gt/gpu_tests.log" "$RESULT/" 2>/dev/null
+fi
+if has bench; then
+  stage bench 560 "$PY" benchmarks/bench_attention.py ${BENCH_ARGS:-} --no-plots --out "$SCRATCH/bench"
+  cp "$SCRATCH/bench/results.md" "$RESULT/bench_results.md" 2>/dev/null
+  cp "$SCRATCH/bench/results.json" "$RESULT/bench_results.json" 2>/dev/null
+fi
+tar czf "$RESULT/logs.tgz" -C "$SCRATCH" --exclude=wheel . 2>/dev/null
+echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git $(git rev-parse --short HEAD 2>/dev/null)) ===="
+printf '%s\n' "${summary[@]}"
+[[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
+[[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
+[[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
+exit 0

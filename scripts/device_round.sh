@@ -9,6 +9,9 @@
 #   ws        scripts/device_ws.sh without its build (driver checks, synccheck, kernel timings)
 #   checks    the standalone driver: default kernels, classic kernels, the variants' bits
 #   sanitize  scripts/sanitize.sh over the driver (TOOLS, default all four)
+#   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
+#             schedule"): forward and backward main kernels, speed of light, warp states and the
+#             per-SASS-instruction stall samples (source page as CSV, in the tarball)
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
 set -uo pipefail
@@ -56,6 +59,20 @@ if has checks && [[ -n "$D" ]]; then
 fi
 if has sanitize && [[ -n "$D" ]]; then
   stage sanitize 400 env OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" bash scripts/sanitize.sh "$D"
+fi
+if has ncu && [[ -n "$D" ]]; then
+  IFS=';' read -r -a ncu_shapes <<<"${NCU_SHAPES:-2 8192 16 16 128 0 descending;1 16384 32 32 64 0 descending}"
+  for shape in "${ncu_shapes[@]}"; do
+    tag=$(echo $shape | tr ' ' '_')
+    stage "ncu_$tag" 120 ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+      -k 'regex:bwd_main_ws|fwd_kernel' -c 2 -f -o "$SCRATCH/ncu_$tag" "$D" bench $shape 1 &&
+    { ncu -i "$SCRATCH/ncu_$tag.ncu-rep" --page details >"$SCRATCH/ncu_${tag}_details.txt" 2>&1
+      ncu -i "$SCRATCH/ncu_$tag.ncu-rep" --page source --csv --print-source sass \
+        >"$SCRATCH/ncu_${tag}_sass.csv" 2>&1 ||
+        ncu -i "$SCRATCH/ncu_$tag.ncu-rep" --page source --csv >"$SCRATCH/ncu_${tag}_sass.csv" 2>&1
+      rm -f "$SCRATCH/ncu_$tag.ncu-rep"; }
+  done
 fi
 if has tests; then
   stage tests 400 env OUT="$SCRATCH/gt" bash scripts/gpu_tests.sh 8 --timeout 120 ${GPU_TEST_ARGS:-}

@@ -12,6 +12,8 @@
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball)
+#   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
+#             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws")
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
 set -uo pipefail
@@ -74,6 +76,13 @@ if has ncu && [[ -n "$D" ]]; then
       rm -f "$SCRATCH/ncu_$tag.ncu-rep"; }
   done
 fi
+if has kbench && [[ -n "$D" ]]; then
+  IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift}"
+  for shape in "${kb_shapes[@]}"; do
+    tag=$(echo $shape | tr ' ' '_')
+    stage "kbench_$tag" 60 env ${KBENCH_ENV:-} "$D" bench $shape "${BENCH_ITERS:-20}"
+  done
+fi
 if has tests; then
   stage tests 400 env OUT="$SCRATCH/gt" bash scripts/gpu_tests.sh 8 --timeout 120 ${GPU_TEST_ARGS:-}
   cp "$SCRATCH/gt/gpu_tests.log" "$RESULT/" 2>/dev/null
@@ -88,5 +97,6 @@ echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --for
 printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
+grep -h "^bench " "$SCRATCH"/kbench_*.log 2>/dev/null
 [[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
 exit 0

@@ -19,6 +19,14 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.sync is barrier.sync.aligned: every thread of one barrier generation that waits must execute
+// the same barrier instruction (arrivals from elsewhere with bar.arrive are allowed). A barrier
+// whose waiting threads come from different places in the code (the roles of a warp-specialized
+// kernel, each with its own copy of the call) must use the unaligned form instead; the aligned
+// form is undefined behaviour there (compute-sanitizer synccheck: "divergent thread(s) in block").
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Register reallocation (all four warps of a warpgroup execute the same one). Needs a register cap
 // at kernel entry (__launch_bounds__(threads, 1)).

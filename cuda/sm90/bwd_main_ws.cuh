@@ -234,7 +234,7 @@ __device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t i
 template <class Traits, class Storage>
 __device__ __forceinline__ bool published_unit(const WsParams<Traits>& P, const Storage& smem,
                                                WsUnit* u) {
-  named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+  named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   const int64_t item = smem.unit_item;
   if (item >= P.total_items) return false;
   *u = read_unit(P.sp, item, smem.unit_kv, smem.unit_num_steps);
@@ -316,7 +316,7 @@ __device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& 
       }
       __syncwarp();
     }
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   }
 }
 
@@ -378,7 +378,7 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
       tracer.stop(kTraceWriterWaitReduce, t_reduce);
       __syncwarp();
     }
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   }
   if (leader) bulk_wait_group_all();
 }
@@ -464,7 +464,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       }
       if (tid == 0) smem.unit_num_steps = num_steps;
     }
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
     if (done) break;
 
     const int64_t b = u.head_linear / p.num_heads;
@@ -506,23 +506,28 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       const bool need_mask = kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        const int r = get<0>(tScS(i));  // kv row in tile
-        const int c = get<1>(tScS(i));  // q row in tile
-        float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[c]));
-        if (need_mask) {
-          const int64_t kv_row = kv0 + r;
-          if (kv_row >= p.seq_kv || (p.is_causal && kv_row > q0 + c)) prob = 0.f;
+      // The mask test is per tile (need_mask), so the element loop has no branch in it: the
+      // masked and the unmasked tile each get their own straight-line loop (the same arithmetic).
+      if (need_mask) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int64_t kv_row = kv0 + get<0>(tScS(i));  // kv row
+          const int64_t q_row = q0 + get<1>(tScS(i));    // q row
+          const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+          const bool hidden = kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+          tSrS(i) = hidden ? 0.f : prob;
         }
-        tSrS(i) = prob;
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+        }
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrdP);
       CUTE_UNROLL
       for (int i = 0; i < size(tSrdP); ++i) {
-        const int c = get<1>(tScS(i));
-        tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[c]);
+        tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[get<1>(tScS(i))]);
       }
       Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
       Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
@@ -612,7 +617,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
     store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
                                    [] { named_barrier_sync(kMathBarrier, kMathThreads); });
-    named_barrier_sync(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
   }
   tracer.stop(kTraceMathCycles, t_begin);
 }

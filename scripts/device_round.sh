@@ -14,6 +14,7 @@
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
 #             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws")
+#   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
 set -uo pipefail
@@ -76,6 +77,11 @@ if has ncu && [[ -n "$D" ]]; then
       rm -f "$SCRATCH/ncu_$tag.ncu-rep"; }
   done
 fi
+if has probe; then
+  stage probe_build 120 nvcc -gencode=arch=compute_90a,code=sm_90a -o "$SCRATCH/probe" tests/racecheck_probe.cu &&
+  { stage probe_clean 60 compute-sanitizer --tool racecheck --racecheck-report all "$SCRATCH/probe"
+    stage probe_planted 60 compute-sanitizer --tool racecheck --racecheck-report all "$SCRATCH/probe" race; }
+fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift}"
   for shape in "${kb_shapes[@]}"; do
@@ -98,5 +104,8 @@ printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
 grep -h "^bench " "$SCRATCH"/kbench_*.log 2>/dev/null
+for f in "$SCRATCH"/probe_clean.log "$SCRATCH"/probe_planted.log; do
+  [[ -f $f ]] && echo "$(basename $f): $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')"
+done
 [[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
 exit 0

@@ -78,9 +78,15 @@ if has ncu && [[ -n "$D" ]]; then
   done
 fi
 if has probe; then
-  stage probe_build 120 nvcc -gencode=arch=compute_90a,code=sm_90a -o "$SCRATCH/probe" tests/racecheck_probe.cu &&
-  { stage probe_clean 60 compute-sanitizer --tool racecheck --racecheck-report all "$SCRATCH/probe"
-    stage probe_planted 60 compute-sanitizer --tool racecheck --racecheck-report all "$SCRATCH/probe" race; }
+  stage probe_build 120 nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o "$SCRATCH/probe" \
+    tests/racecheck_probe.cu &&
+  for mode in both unit race; do
+    stage "probe_$mode" 60 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 100000 \
+      "$SCRATCH/probe" $mode
+    # hazards per (kind, write line, read line)
+    grep -A2 "Potential" "$SCRATCH/probe_$mode.log" | grep -o "Potential [A-Z]* hazard\|racecheck_probe.cu:[0-9]*" |
+      paste -sd' ' | sed 's/Potential/\nPotential/g' | sed 's/ *$//' | grep . | sort | uniq -c >"$SCRATCH/probe_${mode}_pairs.txt"
+  done
 fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift}"
@@ -104,8 +110,9 @@ printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
 grep -h "^bench " "$SCRATCH"/kbench_*.log 2>/dev/null
-for f in "$SCRATCH"/probe_clean.log "$SCRATCH"/probe_planted.log; do
-  [[ -f $f ]] && echo "$(basename $f): $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')"
+for m in both unit race; do
+  f="$SCRATCH/probe_$m.log"
+  [[ -f $f ]] && echo "probe $m: $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')" && cat "$SCRATCH/probe_${m}_pairs.txt"
 done
 [[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
 exit 0

@@ -7,11 +7,11 @@
 //   2. stage reuse: a producer thread refills a shared buffer with cp.async.bulk (completing on a
 //      "full" mbarrier) only after waiting on an "empty" mbarrier, on which each math warp arrives
 //      once (one elected lane, after __syncwarp) when its threads have read the buffer.
-// Mode "race" adds a planted race (a shared word written and read by different warps with no
-// synchronisation) so that the same run shows racecheck reporting a real one.
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -o probe tests/racecheck_probe.cu
-//   compute-sanitizer --tool racecheck ./probe        (expect: 0 hazards if racecheck follows both)
-//   compute-sanitizer --tool racecheck ./probe race   (expect: hazards on the planted word only)
+// Modes: "both" (default), "unit" (pattern 1 alone: units without refills), "race" (both plus a
+// planted race: a shared word written and read by different warps with no synchronisation).
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o probe tests/racecheck_probe.cu
+//   compute-sanitizer --tool racecheck ./probe [mode]   (0 hazards if racecheck follows the mode's
+//                                                         patterns)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -54,7 +54,8 @@ __device__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* b
           "r"(sa(dst)), "l"(src), "r"(bytes), "r"(sa(b)) : "memory");
 }
 
-__global__ void __launch_bounds__(kThreads, 1) probe(const float* src, float* out, int plant) {
+__global__ void __launch_bounds__(kThreads, 1) probe(const float* src, float* out, int plant,
+                                                     int steps) {
   __shared__ Smem s;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(kThreads, 1) probe(const float* src, float* ou
     for (int u = 0; u < kUnits; ++u) {
       bar_sync(1, kUnitThreads);  // site B: unit published
       const int unit = s.unit;
-      for (int k = 0; k < kStepsPerUnit; ++k, ++it) {
+      acc += unit;
+      for (int k = 0; k < steps; ++k, ++it) {
         const int st = it % kStages, ph = (it / kStages) & 1;
         mbar_wait(&s.empty[st], ph ^ 1);
         if (lane == 0) {
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1) probe(const float* src, float* ou
     for (int u = 0; u < kUnits; ++u) {
       if (tid == 0) s.unit = u;
       bar_sync(1, kUnitThreads);  // site A
-      for (int k = 0; k < kStepsPerUnit; ++k, ++it) {
+      for (int k = 0; k < steps; ++k, ++it) {
         const int st = it % kStages, ph = (it / kStages) & 1;
         mbar_wait(&s.full[st], ph);
         acc += s.buf[st][tid % kBufFloats];
@@ -109,14 +111,17 @@ __global__ void __launch_bounds__(kThreads, 1) probe(const float* src, float* ou
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int plant = argc > 1 && std::strcmp(argv[1], "race") == 0;
+  const char* mode = argc > 1 ? argv[1] : "both";
+  const bool plant = std::strcmp(mode, "race") == 0;
+  const bool stage = std::strcmp(mode, "unit") != 0;  // "unit": units with no refills
   const int n = kUnits * kStepsPerUnit * kBufFloats;
   float *src = nullptr, *out = nullptr;
   if (cudaMalloc(&src, n * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&out, kThreads * sizeof(float)) != cudaSuccess) return 2;
   cudaMemset(src, 0, n * sizeof(float));
-  probe<<<1, kThreads>>>(src, out, plant);
+  const int steps = stage ? kStepsPerUnit : 0;
+  probe<<<1, kThreads>>>(src, out, plant, steps);
   const cudaError_t err = cudaDeviceSynchronize();
-  std::printf("probe (%s): %s\n", plant ? "with a planted race" : "race-free", cudaGetErrorString(err));
+  std::printf("probe (%s): %s\n", mode, cudaGetErrorString(err));
   return err == cudaSuccess ? 0 : 2;
 }

@@ -35,10 +35,9 @@ for _target, _platforms in _ext.registrations().items():
 built_with_cuda = _ext.built_with_cuda()
 CPU_WAVE = _ext.CPU_WAVE
 # Platforms (jax Device.platform) where the jit path runs sequence-sharded calls as a ring: those
-# whose float32 block gradients (f32_grads) have been verified. The Hopper backward writes them too
-# (2026-11-23), but has not yet run on a GPU: until tests/test_gpu_ring.py passes there, GPUs keep
-# gathering the sequence (ring_attention itself runs on them).
-F32_GRADS_PLATFORMS = frozenset({"cpu"})
+# whose float32 block gradients (f32_grads) have been verified: the CPU kernels, and the Hopper
+# kernels since tests/test_gpu_ring.py passed on an H100 (2026-11-23).
+F32_GRADS_PLATFORMS = frozenset({"cpu", "gpu"})
 
 
 def _result_type(shape, dtype, like):

@@ -4,8 +4,8 @@ pair runs the GPU kernels in ring order and the transfers become permutations in
 the single-call op and the fp32 reference, and repeated runs bitwise.
 
 The gradient tests need the backward's float32 block gradients (the ``f32_grads`` FFI attribute),
-which the Hopper backward writes since 2026-11-23 (not yet run on a GPU; tests/sm90_check.cu
-checks that they round to the 16-bit gradients exactly). Skipped unless an sm_90 GPU is present. The two-GPU run is benchmarks/bench_ring.py (issue 16).
+which the Hopper backward writes since 2026-11-23 (these tests passed on an H100 that day;
+tests/sm90_check.cu checks that they round to the 16-bit gradients exactly). Skipped unless an sm_90 GPU is present. The two-GPU run is benchmarks/bench_ring.py (issue 16).
 """
 
 from __future__ import annotations

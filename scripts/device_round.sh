@@ -80,7 +80,7 @@ fi
 if has probe; then
   stage probe_build 120 nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o "$SCRATCH/probe" \
     tests/racecheck_probe.cu &&
-  for mode in both unit race; do
+  for mode in both unit handshake race; do
     stage "probe_$mode" 60 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 100000 \
       "$SCRATCH/probe" $mode
     # hazards per (kind, write line, read line)
@@ -89,7 +89,7 @@ if has probe; then
   done
 fi
 if has kbench && [[ -n "$D" ]]; then
-  IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift}"
+  IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift;8 2048 16 16 128 0 descending;8 2048 32 32 64 0 descending}"
   for shape in "${kb_shapes[@]}"; do
     tag=$(echo $shape | tr ' ' '_')
     stage "kbench_$tag" 60 env ${KBENCH_ENV:-} "$D" bench $shape "${BENCH_ITERS:-20}"
@@ -110,7 +110,7 @@ printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
 grep -h "^bench " "$SCRATCH"/kbench_*.log 2>/dev/null
-for m in both unit race; do
+for m in both unit handshake race; do
   f="$SCRATCH/probe_$m.log"
   [[ -f $f ]] && echo "probe $m: $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')" && cat "$SCRATCH/probe_${m}_pairs.txt"
 done

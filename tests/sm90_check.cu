@@ -453,17 +453,26 @@ void print_trace(const AttentionParams& p) {
   CHECK_CUDA(cudaFree(trace));
   std::vector<double> sum(slots, 0.0);
   for (size_t i = 0; i < n; ++i) sum[i % slots] += static_cast<double>(host[i]);
+  // Slot order: cuda/sm90/bwd_main_ws.cuh WsTraceSlot (the last three: units, steps, cycles).
   const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
                          "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
-                         "writer reduce+complete", "producer wait empty", "math steps",
-                         "math cycles"};
+                         "writer reduce+complete", "producer wait empty", "math unit start",
+                         "math epilogue"};
+  static_assert(sizeof(names) / sizeof(names[0]) == 10, "one name per timed slot");
+  if (slots != 13) {
+    std::fprintf(stderr, "trace: %d slots, this driver knows 13\n", slots);
+    return;
+  }
   const double cycles = sum[slots - 1] > 0 ? sum[slots - 1] : 1.0;
   const double steps = sum[slots - 2] > 0 ? sum[slots - 2] : 1.0;
-  std::printf("trace (sum over the CTAs; %% of math cycles; cycles per step):\n");
-  for (int i = 0; i < slots - 2; ++i) {
-    std::printf("  %-24s %6.1f%%  %8.0f\n", names[i], 100.0 * sum[i] / cycles, sum[i] / steps);
+  const double units = sum[slots - 3] > 0 ? sum[slots - 3] : 1.0;
+  std::printf("trace (sum over the CTAs; %% of math cycles; cycles per step; per unit):\n");
+  for (int i = 0; i < slots - 3; ++i) {
+    std::printf("  %-24s %6.1f%%  %8.0f  %9.0f\n", names[i], 100.0 * sum[i] / cycles,
+                sum[i] / steps, sum[i] / units);
   }
-  std::printf("  %-24s %.0f steps, %.0f cycles per step\n", "math", steps, cycles / steps);
+  std::printf("  %-24s %.0f units, %.0f steps, %.0f cycles per step, %.0f per unit\n", "math",
+              units, steps, cycles / steps, cycles / units);
 }
 
 int bench(int argc, char** argv) {

@@ -31,7 +31,15 @@ using bwd::WsTraits;
 // gradients are another bits version than bwd_main.cuh's (docs/determinism.md). A query too long
 // for the warp-specialized kernel's shared-memory tables (about 254k tokens at head_dim 128) runs
 // the classic kernel, whose tables are smaller (about 450k).
-enum class BwdKernel { kClassic, kWarpSpecialized, kWarpSpecializedRs, kInvalid };
+// A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's
+// masked instantiation (kMask); the other kernels do not carry the mask policy.
+enum class BwdKernel {
+  kClassic,
+  kWarpSpecialized,
+  kWarpSpecializedRs,
+  kWarpSpecializedRsMask,
+  kInvalid
+};
 BwdKernel requested_bwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_BWD");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "ws-rs") == 0) {
@@ -45,6 +53,13 @@ template <class Element, int kHeadDim>
 using WsSsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
 using WsRsTraits = WsTraits<Element, kHeadDim, true>;
+template <class Element, int kHeadDim>
+using WsRsMaskTraits = WsTraits<Element, kHeadDim, true, true>;
+
+bool has_extended_mask(const AttentionParams& p) {
+  return p.has_window || p.q_seq_lengths != nullptr || p.kv_seq_lengths != nullptr ||
+         p.q_segment_ids != nullptr || p.logits_soft_cap > 0.0f;
+}
 
 ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
   const TileConfig t = tile_config(p.head_dim);
@@ -59,6 +74,10 @@ ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
   sp.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
   sp.wave = std::max(wave, 1);
   sp.schedule = p.schedule;
+  // The band beyond causal (a window): items, visit orders and tickets follow it, as on the CPU.
+  sp.has_window = p.has_window;
+  sp.window_left = p.window_left;
+  sp.window_right = p.window_right;
   return sp;
 }
 
@@ -106,15 +125,21 @@ bool fits_shared_memory(const AttentionParams& p) {
   return Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM)) <= max_smem;
 }
 
-// The main kernel this problem runs: the requested one, or the classic kernel where a
-// warp-specialized CTA would not fit (a long query).
+// The main kernel this problem runs: the requested one (its masked instantiation for a call with
+// a mask beyond causal), or the classic kernel where a warp-specialized CTA would not fit (a long
+// query). A masked call that ends on a kernel without the mask policy gets kInvalid.
 BwdKernel bwd_kernel(const AttentionParams& p) {
-  const BwdKernel k = requested_bwd_kernel();
+  BwdKernel k = requested_bwd_kernel();
   bool fits = true;
   auto check = [&](auto traits) { fits = fits_shared_memory<decltype(traits)>(p); };
   if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
   if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
-  return fits ? k : BwdKernel::kClassic;
+  if (!fits) k = BwdKernel::kClassic;
+  if (has_extended_mask(p)) {
+    return k == BwdKernel::kWarpSpecializedRs ? BwdKernel::kWarpSpecializedRsMask
+                                              : BwdKernel::kInvalid;
+  }
+  return k;
 }
 
 // Calls f(traits-tag) for the main kernel this problem runs; false if there is none (an unknown
@@ -124,6 +149,7 @@ bool dispatch(const AttentionParams& p, F&& f) {
   switch (bwd_kernel(p)) {
     case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
   }
@@ -304,7 +330,8 @@ int bwd_trace_slots() { return bwd::kWsTraceSlots; }
 
 bool bwd_uses_warp_specialized(const AttentionParams& p) {
   const BwdKernel k = bwd_kernel(p);
-  return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs;
+  return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
+         k == BwdKernel::kWarpSpecializedRsMask;
 }
 
 std::string kernel_selection_error() {

@@ -74,9 +74,12 @@ enum WsTraceSlot : int {
   kTraceWriterWaitdQFull = 5,  // writer: math has not produced this step's dQ yet
   kTraceWriterWaitReduce = 6,  // writer: bulk reduction read + completed
   kTraceProducerWaitEmpty = 7, // producer: a stage is still in use by math
-  kTraceMathSteps = 8,       // math: steps done
-  kTraceMathCycles = 9,      // math: cycles from the first fetch to the end
-  kWsTraceSlots = 10,
+  kTraceMathUnitStart = 8,   // math: fetch, visit tables, publication and K/V wait of a unit
+  kTraceMathEpilogue = 9,    // math: dK/dV epilogue and the unit's closing barrier
+  kTraceMathUnits = 10,      // math: units done
+  kTraceMathSteps = 11,      // math: steps done
+  kTraceMathCycles = 12,     // math: cycles from the first fetch to the end
+  kWsTraceSlots = 13,
 };
 
 // Times one wait of one role into a shared-memory counter when tracing is on (a uniform branch
@@ -92,11 +95,14 @@ struct WsTracer {
   }
 };
 
-template <class Element_, int kHeadDim_, bool kRsdKV_>
+// kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
+// segment ids, soft cap); calls without them run kMask = false, compiled as before.
+template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false>
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
   static constexpr bool kRsdKV = kRsdKV_;
+  static constexpr bool kMask = kMask_;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = Base::kBlockM;
@@ -401,6 +407,15 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const bool deterministic = sp.schedule != Schedule::kAtomic;
   const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
   const float scale_log2 = scale * kLog2e;
+  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, behind JAX_DASH_SM90_MASKS until
+  // verified on a GPU): a window, lengths or segment ids. The items, visits and tickets already
+  // follow the band (make_schedule_problem); lengths and segments only hide elements.
+  const bool ext_mask = Traits::kMask && (p.has_window || p.q_seq_lengths != nullptr ||
+                                          p.kv_seq_lengths != nullptr ||
+                                          p.q_segment_ids != nullptr);
+  const MaskBand band = mask_band(p);
+  const float soft_cap = Traits::kMask ? p.logits_soft_cap : 0.f;
+  const float scale_over_cap = soft_cap > 0.f ? scale / soft_cap : 0.f;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                                      p.num_kv_heads, p.head_dim);
   int32_t* item_counter = p.workspace_i32 + ws.item_counter;
@@ -438,6 +453,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   int q_iter = 0;
   int kv_loads = 0;
   while (true) {
+    const long long t_unit = tracer.start();
     // Fetch the next unit: the rest of this item, else the next untaken item (in-order fetch).
     if (tid == 0) {
       const bool same_item =
@@ -470,6 +486,32 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     const int64_t b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
     const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
+    // This batch row's lengths and segment ids (ext_mask only).
+    int64_t q_len = p.seq_q, kv_len = p.seq_kv;
+    const int32_t* q_seg = nullptr;
+    const int32_t* kv_seg = nullptr;
+    if (ext_mask) {
+      if (p.q_seq_lengths != nullptr) {
+        q_len = max(int64_t{0}, min(q_len, static_cast<int64_t>(p.q_seq_lengths[b])));
+      }
+      if (p.kv_seq_lengths != nullptr) {
+        kv_len = max(int64_t{0}, min(kv_len, static_cast<int64_t>(p.kv_seq_lengths[b])));
+      }
+      if (p.q_segment_ids != nullptr) {
+        q_seg = p.q_segment_ids + b * p.seq_q;
+        kv_seg = p.kv_segment_ids + b * p.seq_kv;
+      }
+    }
+    // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
+    // extents and causal.
+    auto hidden_ext = [&](int64_t kv_row, int64_t q_row) {
+      if (q_row >= q_len || kv_row >= kv_len || !band.visible(q_row, kv_row)) return true;
+      return q_seg != nullptr && q_seg[q_row] != kv_seg[kv_row];
+    };
+    auto hidden = [&](int64_t kv_row, int64_t q_row) {
+      return ext_mask ? hidden_ext(kv_row, q_row)
+                      : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+    };
     clear(tdKrdK);
     clear(tdVrdV);
     if (num_steps > 0) {
@@ -479,6 +521,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       ++kv_loads;
       tracer.add(kTraceMathSteps, num_steps);
     }
+    tracer.stop(kTraceMathUnitStart, t_unit);
+    tracer.add(kTraceMathUnits, 1);
 
     for (int step = 0; step < num_steps; ++step, ++q_iter) {
       const int stage = q_iter % Traits::kStages;
@@ -503,31 +547,60 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
       // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
       // lse_log2 = +inf, so their P is already 0).
-      const bool need_mask = kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(tSrS);
-      // The mask test is per tile (need_mask), so the element loop has no branch in it: the
-      // masked and the unmasked tile each get their own straight-line loop (the same arithmetic).
-      if (need_mask) {
+      const bool need_mask =
+          ext_mask ? band.tile(q0, kBlockM, kv0, kBlockN) != TileVisibility::kFull ||
+                         q0 + kBlockM > q_len || kv0 + kBlockN > kv_len || q_seg != nullptr
+                   : kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
+      if (soft_cap > 0.f) {
+        // logits = cap * tanh(scale * s / cap): P from the capped logit, and dS takes the
+        // derivative 1 - tanh^2 (the scale itself is applied to dQ and dK at the end, as always).
+        // One pass after both wgmmas, so that tanh is not kept across the wait.
+        const float cap_log2 = soft_cap * kLog2e;
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(tSrdP);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          const int64_t kv_row = kv0 + get<0>(tScS(i));  // kv row
-          const int64_t q_row = q0 + get<1>(tScS(i));    // q row
-          const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
-          const bool hidden = kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
-          tSrS(i) = hidden ? 0.f : prob;
+          const int c = get<1>(tScS(i));
+          const float t = tanhf(tSrS(i) * scale_over_cap);
+          float prob = exp2_ftz(fmaf(t, cap_log2, -s_lse[c]));
+          if (need_mask && hidden(kv0 + get<0>(tScS(i)), q0 + c)) prob = 0.f;
+          tSrS(i) = prob;
+          tSrdP(i) = prob * (tSrdP(i) - s_dsum[c]) * (1.f - t * t);
         }
       } else {
-        CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) {
-          tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        // The mask test is per tile (need_mask), so the element loop has no branch in it: the
+        // masked and the unmasked tile each get their own straight-line loop (the same
+        // arithmetic).
+        if (need_mask && ext_mask) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            tSrS(i) = hidden_ext(kv0 + get<0>(tScS(i)), q0 + get<1>(tScS(i))) ? 0.f : prob;
+          }
+        } else if (need_mask) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            const int64_t kv_row = kv0 + get<0>(tScS(i));  // kv row
+            const int64_t q_row = q0 + get<1>(tScS(i));    // q row
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            const bool hidden = kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+            tSrS(i) = hidden ? 0.f : prob;
+          }
+        } else {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+          }
         }
-      }
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrdP);
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrdP); ++i) {
-        tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[get<1>(tScS(i))]);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrdP); ++i) {
+          tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[get<1>(tScS(i))]);
+        }
       }
       Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
       Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
@@ -615,9 +688,11 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     }
 
     // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
+    const long long t_epilogue = tracer.start();
     store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
                                    [] { named_barrier_sync(kMathBarrier, kMathThreads); });
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
+    tracer.stop(kTraceMathEpilogue, t_epilogue);
   }
   tracer.stop(kTraceMathCycles, t_begin);
 }

@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/mask.h"
+#include "cuda/params.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/launch.h"
 #include "cuda/sm90/mask.cuh"
@@ -131,13 +133,25 @@ struct FwdKernelParams {
   bool is_causal;
   void* out;
   float* lse;
+  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, behind JAX_DASH_SM90_MASKS until
+  // verified on a GPU): has_mask says that a window, lengths or segment ids are present. band holds
+  // extents, causal and window; the pointers are device arrays (nullptr when absent).
+  bool has_mask;
+  MaskBand band;
+  const int32_t* q_lengths;    // [batch]
+  const int32_t* kv_lengths;   // [batch]
+  const int32_t* q_segments;   // [batch, seq_q]
+  const int32_t* kv_segments;  // [batch, seq_kv]
+  float soft_cap;              // > 0: logits = cap * tanh(scale * q.k / cap)
 };
 
 // Named barriers of the ping-pong (kWs): math warpgroup w issues its wgmmas after a sync on
 // kTurnBarrier + w and hands the turn to the other one with an arrive.
 constexpr int kTurnBarrier = 1;
 
-template <class Element, int kHeadDim, bool kWs>
+// kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
+// segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
+template <class Element, int kHeadDim, bool kWs, bool kMask>
 __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs>> p) {
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
@@ -165,7 +179,21 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   const int64_t row_begin = int64_t(m_block) * kBlockM;
   const int64_t row_last = min(row_begin + kBlockM, int64_t(p.seq_q)) - 1;
   const int num_kv_blocks = int((int64_t(p.seq_kv) + kBlockN - 1) / kBlockN);
-  const int n_end = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
+  // The KV tiles this Q tile sees: [n_lo, n_hi), visited last to first; n_end counts them.
+  int n_lo = 0;
+  int n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
+  int64_t q_len = p.seq_q, kv_len = p.seq_kv;  // this batch row's lengths (extents without them)
+  if (kMask && p.has_mask) {
+    if (p.q_lengths != nullptr) q_len = max(int64_t{0}, min(q_len, int64_t(p.q_lengths[batch])));
+    if (p.kv_lengths != nullptr) {
+      kv_len = max(int64_t{0}, min(kv_len, int64_t(p.kv_lengths[batch])));
+    }
+    const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, m_block);
+    n_lo = band_tiles.first;
+    n_hi = min(band_tiles.end, int((kv_len + kBlockN - 1) / kBlockN));
+    if (row_begin >= q_len) n_hi = n_lo;  // every row of the tile is past its query length
+  }
+  const int n_end = max(n_hi - n_lo, 0);
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M,D)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
@@ -204,18 +232,18 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   }
   __syncthreads();  // the only CTA-wide barrier of the warp-specialized variant
 
-  // Iteration j of the KV loop visits n_block = n_end - 1 - j; K_j and V_j live in stage j % 2.
+  // Iteration j of the KV loop visits n_block = n_hi - 1 - j; K_j and V_j live in stage j % 2.
   // K and V are loaded separately because the pipelined loop below frees a K stage one iteration
   // before the V stage of the same j.
   auto load_k = [&](int j) {
     const int stage = j % kStages;
     Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
-    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_end - 1 - j), tKsK(_, _, _, stage));
+    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_hi - 1 - j), tKsK(_, _, _, stage));
   };
   auto load_v = [&](int j) {
     const int stage = j % kStages;
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
-    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_end - 1 - j), tVsV(_, _, _, stage));
+    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_hi - 1 - j), tVsV(_, _, _, stage));
   };
   if constexpr (kWs) {
     if (threadIdx.x < kThreadsPerWarpgroup) {
@@ -331,14 +359,48 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     }
     warpgroup_commit_batch();
   };
-  const float scale_log2 = *p.scale * kLog2e;  // the softmax runs on exp2
+  const float scale = *p.scale;
+  const float scale_log2 = scale * kLog2e;  // the softmax runs on exp2
   // Scale and mask S_j (already complete in registers), then the first half of the softmax.
   float correction[kRows];
   auto softmax_scores = [&](int j) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
-    const int64_t col_begin = int64_t(n_end - 1 - j) * kBlockN;
-    if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
+    if (kMask && p.soft_cap > 0.f) {
+      // logits = cap * tanh(scale * s / cap), in log2 units.
+      const float cap = p.soft_cap;
+      const float cap_log2 = cap * kLog2e;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = cap_log2 * tanhf(tSrS(i) * scale / cap);
+    } else {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
+    }
+    const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
+    if (kMask && p.has_mask) {
+      // Only tiles the band cuts, that cross a length, or (with segment ids) any tile, take the
+      // per-element predicate of cuda/mask.h.
+      const bool partial =
+          p.band.tile(row_begin, kBlockM, col_begin, kBlockN) != TileVisibility::kFull ||
+          row_begin + kBlockM > q_len || col_begin + kBlockN > kv_len || p.q_segments != nullptr;
+      if (partial) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t row = row_begin + get<0>(score_coords(r, 0));
+          const bool row_live = row < q_len && row < p.seq_q;
+          const int32_t row_segment =
+              p.q_segments != nullptr && row_live ? p.q_segments[int64_t(batch) * p.seq_q + row]
+                                                  : 0;
+          CUTE_UNROLL
+          for (int c = 0; c < size<1>(scores); ++c) {
+            const int64_t col = col_begin + get<1>(score_coords(r, c));
+            bool visible = row_live && col < kv_len && p.band.visible(row, col);
+            if (visible && p.kv_segments != nullptr) {
+              visible = p.kv_segments[int64_t(batch) * p.seq_kv + col] == row_segment;
+            }
+            if (!visible) scores(r, c) = -INFINITY;
+          }
+        }
+      }
+    } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
       mask.apply(scores, score_coords, row_begin, col_begin);
     }
     softmax.update_scores(scores, correction);
@@ -438,7 +500,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   }
 }
 
-template <class Element, int kHeadDim, bool kWs>
+template <class Element, int kHeadDim, bool kWs, bool kMask>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   FwdKernelParams<Traits> p{};
@@ -466,9 +528,16 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.is_causal = ap.is_causal;
   p.out = ap.out;
   p.lse = ap.lse;
+  p.has_mask = ap.has_window || ap.q_seq_lengths != nullptr || ap.kv_seq_lengths != nullptr ||
+               ap.q_segment_ids != nullptr;
+  p.band = mask_band(ap);
+  p.q_lengths = ap.q_seq_lengths;
+  p.kv_lengths = ap.kv_seq_lengths;
+  p.q_segments = ap.q_segment_ids;
+  p.kv_segments = ap.kv_segment_ids;
+  p.soft_cap = ap.logits_soft_cap;
 
-
-  auto kernel = fwd_kernel<Element, kHeadDim, kWs>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
@@ -487,16 +556,16 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <bool kWs>
+template <bool kWs, bool kMask>
 cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
     case 64:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs>(p, stream)
-                  : launch_fwd<cutlass::half_t, 64, kWs>(p, stream);
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs, kMask>(p, stream)
+                  : launch_fwd<cutlass::half_t, 64, kWs, kMask>(p, stream);
     case 128:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs>(p, stream)
-                  : launch_fwd<cutlass::half_t, 128, kWs>(p, stream);
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs, kMask>(p, stream)
+                  : launch_fwd<cutlass::half_t, 128, kWs, kMask>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -511,8 +580,14 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
-  return fwd_uses_warp_specialized() ? dispatch_fwd<true>(p, stream)
-                                     : dispatch_fwd<false>(p, stream);
+  const bool masked = p.has_window || p.q_seq_lengths != nullptr || p.kv_seq_lengths != nullptr ||
+                      p.q_segment_ids != nullptr || p.logits_soft_cap > 0.0f;
+  if (masked) {  // the mask policy is in the warp-specialized kernel only (the handler checks)
+    return fwd_uses_warp_specialized() ? dispatch_fwd<true, true>(p, stream)
+                                       : cudaErrorInvalidValue;
+  }
+  return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)
+                                     : dispatch_fwd<false, false>(p, stream);
 }
 
 bool fwd_kernel_valid() {

@@ -9,9 +9,9 @@ Run them with ``JAX_DASH_SM90_MASKS=1 bash scripts/gpu_tests.sh -k masks``.
 Every test here is marked ``gpu`` and needs a CUDA GPU of compute capability 9.0.
 """
 
-import os
-
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp

@@ -7,8 +7,10 @@
 #   build     pip wheel + install (the wheel and the standalone driver are copied to $OUT, so a
 #             later call can carry them back in a folder named by PREBUILT and skip the build)
 #   ws        scripts/device_ws.sh without its build (driver checks, synccheck, kernel timings)
-#   checks    the standalone driver: default kernels, classic kernels, the variants' bits
-#   sanitize  scripts/sanitize.sh over the driver (TOOLS, default all four)
+#   checks    the standalone driver: default kernels, classic kernels, the variants' bits, and
+#             the masked kernels' cases (driver mode "masks")
+#   sanitize  scripts/sanitize.sh over the driver (TOOLS, default all four); with "masks" in
+#             STAGES also memcheck, synccheck and initcheck over the masked cases
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball)
@@ -59,9 +61,12 @@ if has checks && [[ -n "$D" ]]; then
   stage check_default 90 "$D"
   stage check_classic 90 env JAX_DASH_SM90_FWD=classic JAX_DASH_SM90_BWD=classic "$D"
   stage variants 90 "$D" variants
+  stage check_masks 120 "$D" masks
 fi
 if has sanitize && [[ -n "$D" ]]; then
   stage sanitize 400 env OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" bash scripts/sanitize.sh "$D"
+  has masks && stage sanitize_masks 300 env OUT="$SCRATCH/san_masks" LIMIT="${SAN_LIMIT:-150}" \
+    DRIVER_ARGS=masks TOOLS="memcheck synccheck initcheck" bash scripts/sanitize.sh "$D"
 fi
 if has ncu && [[ -n "$D" ]]; then
   IFS=';' read -r -a ncu_shapes <<<"${NCU_SHAPES:-2 8192 16 16 128 0 descending;1 16384 32 32 64 0 descending}"

@@ -11,6 +11,8 @@
 //   jax_dash_sm90_check variants   the same bits from the kernel variants that promise them: the
 //                                  classic and the warp-specialized forward; the ws and ws-rs
 //                                  backward (each the same cases, compared bitwise)
+//   jax_dash_sm90_check masks      the masked kernel instantiations (window, lengths, segment
+//                                  ids, soft cap; issue 13) against the fp64 reference
 //   JAX_DASH_SM90_BWD=ws-rs|ws|classic  the backward main kernel (default ws-rs; launch.h)
 //   JAX_DASH_SM90_FWD=ws|classic        the forward kernel (default ws)
 //
@@ -55,7 +57,37 @@ struct Case {
   bool causal;
   Schedule schedule;
   DType dtype;
+  // The mask beyond causal (the `masks` mode; cuda/mask.h): a window (-1: no limit on that side),
+  // per-row lengths (query_length / key_length below), segment ids (position / segment_length),
+  // a soft cap on the logits.
+  int64_t window_left = -1, window_right = -1;
+  bool lengths = false;
+  int64_t segment_length = 0;
+  double soft_cap = 0.0;
+  bool has_mask() const {
+    return window_left >= 0 || window_right >= 0 || lengths || segment_length > 0 || soft_cap > 0;
+  }
 };
+
+// The driver's lengths: batch row b's query and key lengths (shorter for later rows, at least 1).
+int64_t query_length(const Case& c, int64_t b) {
+  return c.lengths ? std::max<int64_t>(1, c.seq_q - 1 - 37 * b) : c.seq_q;
+}
+int64_t key_length(const Case& c, int64_t b) {
+  return c.lengths ? std::max<int64_t>(1, c.seq_kv - 5 - 29 * b) : c.seq_kv;
+}
+int32_t segment_id(const Case& c, int64_t position) {
+  return c.segment_length > 0 ? static_cast<int32_t>(position / c.segment_length) : 0;
+}
+
+// The fp64 reference's mask: query i of row b sees key j (cuda/mask.h's policy, written out).
+bool host_visible(const Case& c, int64_t b, int64_t i, int64_t j) {
+  if (i >= query_length(c, b) || j >= key_length(c, b)) return false;
+  if (c.causal && j > i) return false;
+  if (c.window_left >= 0 && j < i - c.window_left) return false;
+  if (c.window_right >= 0 && j > i + c.window_right) return false;
+  return segment_id(c, i) == segment_id(c, j);
+}
 
 const char* schedule_name(Schedule s) {
   switch (s) {
@@ -129,7 +161,8 @@ struct Reference {
   std::vector<double> out, lse, dq, dk, dv;
 };
 
-// fp64 attention forward and backward (top-left causal mask) on the 16-bit inputs.
+// fp64 attention forward and backward (host_visible's mask, the soft cap) on the 16-bit inputs.
+// A query row that sees no key gets out 0, lse -inf and no gradient.
 Reference reference(const Case& c, const std::vector<uint16_t>& q, const std::vector<uint16_t>& k,
                     const std::vector<uint16_t>& v, const std::vector<uint16_t>& dout,
                     double scale) {
@@ -143,26 +176,40 @@ Reference reference(const Case& c, const std::vector<uint16_t>& q, const std::ve
   r.dv.assign(nk, 0.0);
   r.lse.assign(static_cast<size_t>(c.batch) * c.heads * c.seq_q, 0.0);
   const int group = c.heads / c.kv_heads;
-  std::vector<double> p(c.seq_kv), dp(c.seq_kv);
+  std::vector<double> p(c.seq_kv), dp(c.seq_kv), tanh_of(c.seq_kv, 0.0);
+  std::vector<char> vis(c.seq_kv);
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int h = 0; h < c.heads; ++h) {
       const int kh = h / group;
       for (int64_t i = 0; i < c.seq_q; ++i) {
-        const int64_t keys = c.causal ? std::min<int64_t>(i + 1, c.seq_kv) : c.seq_kv;
+        const int64_t keys = c.seq_kv;  // hidden keys get p = 0 (vis[j] false)
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < keys; ++j) {
+          vis[j] = host_visible(c, b, i, j);
+          if (!vis[j]) continue;
           double s = 0;
           for (int d = 0; d < D; ++d)
             s += from_bits(q[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
                  from_bits(k[idx(c, b, j, c.seq_kv, kh, c.kv_heads, d)], c.dtype);
-          p[j] = s * scale;
+          tanh_of[j] = 0.0;
+          if (c.soft_cap > 0) {
+            tanh_of[j] = std::tanh(s * scale / c.soft_cap);
+            p[j] = c.soft_cap * tanh_of[j];
+          } else {
+            p[j] = s * scale;
+          }
           mx = std::max(mx, p[j]);
         }
+        const size_t lse_index = (static_cast<size_t>(b) * c.heads + h) * c.seq_q + i;
+        if (mx == -std::numeric_limits<double>::infinity()) {  // no key visible
+          r.lse[lse_index] = mx;
+          continue;
+        }
         double sum = 0;
-        for (int64_t j = 0; j < keys; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = 0; j < keys; ++j) sum += vis[j] ? std::exp(p[j] - mx) : 0.0;
         const double lse = mx + std::log(sum);
-        r.lse[(static_cast<size_t>(b) * c.heads + h) * c.seq_q + i] = lse;
-        for (int64_t j = 0; j < keys; ++j) p[j] = std::exp(p[j] - lse);
+        r.lse[lse_index] = lse;
+        for (int64_t j = 0; j < keys; ++j) p[j] = vis[j] ? std::exp(p[j] - lse) : 0.0;
         double dsum = 0;
         for (int d = 0; d < D; ++d) {
           double o = 0;
@@ -176,7 +223,7 @@ Reference reference(const Case& c, const std::vector<uint16_t>& q, const std::ve
           for (int d = 0; d < D; ++d)
             x += from_bits(dout[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
                  from_bits(v[idx(c, b, j, c.seq_kv, kh, c.kv_heads, d)], c.dtype);
-          dp[j] = p[j] * (x - dsum);  // dS
+          dp[j] = p[j] * (x - dsum) * (1.0 - tanh_of[j] * tanh_of[j]);  // dS (soft cap: tanh')
         }
         for (int64_t j = 0; j < keys; ++j) {
           for (int d = 0; d < D; ++d) {
@@ -233,6 +280,27 @@ bool compare(const char* tag, const char* what, const std::vector<double>& ours,
   return ok;
 }
 
+// lse: like compare, but a row whose reference lse is -inf (it sees no key) must be -inf too.
+bool compare_lse(const std::vector<double>& ours, const std::vector<double>& ref) {
+  std::vector<double> ours_finite, ref_finite;
+  size_t empty_rows = 0, wrong_empty = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (ref[i] == -std::numeric_limits<double>::infinity()) {
+      ++empty_rows;
+      wrong_empty += ours[i] == ref[i] ? 0 : 1;
+    } else {
+      ours_finite.push_back(ours[i]);
+      ref_finite.push_back(ref[i]);
+    }
+  }
+  const bool ok = compare("fwd", "lse", ours_finite, ref_finite, 1e-5);
+  if (empty_rows > 0) {
+    std::printf("  fwd   lse of %zu rows that see no key: %zu not -inf  %s\n", empty_rows,
+                wrong_empty, wrong_empty == 0 ? "ok" : "FAIL");
+  }
+  return ok && wrong_empty == 0;
+}
+
 std::vector<double> widen(const std::vector<uint16_t>& x, DType t) {
   std::vector<double> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = from_bits(x[i], t);
@@ -249,6 +317,7 @@ size_t kv_elems(const Case& c) {
 // Every device buffer of one problem, and the AttentionParams pointing at them (wave from the
 // occupancy query, as the FFI handler sets it).
 struct DeviceProblem {
+  DeviceBuffer<int32_t> q_lengths, kv_lengths, q_segments, kv_segments;  // Case's mask
   DeviceBuffer<uint16_t> q, k, v, out, dout, dq, dk, dv;
   DeviceBuffer<float> lse;
   DeviceBuffer<float> scale_buffer;  // 0-d: the kernels read the softmax scale from device memory
@@ -258,7 +327,8 @@ struct DeviceProblem {
   AttentionParams p{};
 
   DeviceProblem(const Case& c, double scale)
-      : q(q_elems(c)), k(kv_elems(c)), v(kv_elems(c)), out(q_elems(c)), dout(q_elems(c)),
+      : q_lengths(c.batch), kv_lengths(c.batch), q_segments(c.batch * c.seq_q),
+        kv_segments(c.batch * c.seq_kv), q(q_elems(c)), k(kv_elems(c)), v(kv_elems(c)), out(q_elems(c)), dout(q_elems(c)),
         dq(q_elems(c)), dk(kv_elems(c)), dv(kv_elems(c)),
         lse(static_cast<size_t>(c.batch) * c.heads * c.seq_q), scale_buffer(1),
         ws(jax_dash::bwd_workspace_layout(c.batch, c.seq_q, c.seq_kv, c.heads, c.kv_heads,
@@ -288,6 +358,33 @@ struct DeviceProblem {
     p.dv = dv.ptr;
     p.workspace_f32 = wf.ptr;
     p.workspace_i32 = wi.ptr;
+    // The mask beyond causal, as the FFI handler's describe_mask fills it.
+    p.has_window = c.window_left >= 0 || c.window_right >= 0;
+    p.window_left = c.window_left >= 0 ? c.window_left : jax_dash::kUnboundedBand;
+    p.window_right = c.window_right >= 0 ? c.window_right : jax_dash::kUnboundedBand;
+    p.logits_soft_cap = static_cast<float>(c.soft_cap);
+    if (c.lengths) {
+      std::vector<int32_t> ql(c.batch), kl(c.batch);
+      for (int64_t b = 0; b < c.batch; ++b) {
+        ql[b] = static_cast<int32_t>(query_length(c, b));
+        kl[b] = static_cast<int32_t>(key_length(c, b));
+      }
+      q_lengths.upload(ql);
+      kv_lengths.upload(kl);
+      p.q_seq_lengths = q_lengths.ptr;
+      p.kv_seq_lengths = kv_lengths.ptr;
+    }
+    if (c.segment_length > 0) {
+      std::vector<int32_t> qs(c.batch * c.seq_q), ks(c.batch * c.seq_kv);
+      for (int64_t b = 0; b < c.batch; ++b) {
+        for (int64_t i = 0; i < c.seq_q; ++i) qs[b * c.seq_q + i] = segment_id(c, i);
+        for (int64_t j = 0; j < c.seq_kv; ++j) ks[b * c.seq_kv + j] = segment_id(c, j);
+      }
+      q_segments.upload(qs);
+      kv_segments.upload(ks);
+      p.q_segment_ids = q_segments.ptr;
+      p.kv_segment_ids = kv_segments.ptr;
+    }
     jax_dash::sm90::BwdOccupancy occupancy;
     CHECK_CUDA(jax_dash::sm90::bwd_occupancy(p, &occupancy));
     p.wave = occupancy.wave;
@@ -296,11 +393,17 @@ struct DeviceProblem {
 
 bool run_case(const Case& c) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  std::printf("case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s %s\n",
+  std::printf("case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s %s",
               static_cast<long long>(c.batch), static_cast<long long>(c.seq_q),
               static_cast<long long>(c.seq_kv), c.heads, c.kv_heads, c.head_dim,
               c.causal ? "causal" : "full", schedule_name(c.schedule),
               c.dtype == DType::kBFloat16 ? "bf16" : "fp16");
+  if (c.has_mask()) {
+    std::printf(" window (%lld, %lld) lengths %s segments of %lld soft cap %.1f",
+                static_cast<long long>(c.window_left), static_cast<long long>(c.window_right),
+                c.lengths ? "yes" : "no", static_cast<long long>(c.segment_length), c.soft_cap);
+  }
+  std::printf("\n");
   const size_t nq = q_elems(c), nk = kv_elems(c);
   const size_t nlse = static_cast<size_t>(c.batch) * c.heads * c.seq_q;
   const auto hq = random_tensor(nq, c.dtype, 1), hk = random_tensor(nk, c.dtype, 2),
@@ -325,7 +428,7 @@ bool run_case(const Case& c) {
     const auto l = d.lse.download();
     ok &= compare("fwd", "out", o, ref.out, tol);
     std::vector<double> ld(l.begin(), l.end());
-    ok &= compare("fwd", "lse", ld, ref.lse, 1e-5);
+    ok &= compare_lse(ld, ref.lse);
   }
 
   // Backward from the reference's out (rounded to the dtype) and lse, so it is judged alone.
@@ -535,11 +638,13 @@ int bench(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench(argc, argv);
   const bool compare_variants = argc == 2 && std::strcmp(argv[1], "variants") == 0;
-  if (argc > 1 && !compare_variants) {
+  const bool mask_cases = argc == 2 && std::strcmp(argv[1], "masks") == 0;
+  if (argc > 1 && !compare_variants && !mask_cases) {
     std::fprintf(stderr, "usage: %s            (small checks)\n"
                          "       %s variants   (kernel variants' bits)\n"
+                         "       %s masks      (window, lengths, segments, soft cap)\n"
                          "       %s bench B S H Hkv D causal schedule iters\n",
-                 argv[0], argv[0], argv[0]);
+                 argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   int major = 0, minor = 0;
@@ -565,6 +670,36 @@ int main(int argc, char** argv) {
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
   };
   if (compare_variants) return variants(cases, sizeof(cases) / sizeof(cases[0]));
+  if (mask_cases) {
+    // The masked kernel instantiations (issue 13): each part of the mask alone and together, both
+    // head dims, partial tiles, GQA, and a schedule of each kind.
+    auto masked = [](Case c, int64_t left, int64_t right, bool lengths, int64_t segment,
+                     double cap) {
+      c.window_left = left;
+      c.window_right = right;
+      c.lengths = lengths;
+      c.segment_length = segment;
+      c.soft_cap = cap;
+      return c;
+    };
+    const Case mcases[] = {
+        masked({1, 300, 300, 2, 1, 64, false, Schedule::kDescending, bf16}, 70, 9, false, 0, 0),
+        masked({1, 256, 256, 2, 2, 128, true, Schedule::kSymmetricShift, bf16}, 64, -1, false, 0,
+               0),
+        masked({2, 200, 260, 4, 2, 64, false, Schedule::kShift, fp16}, -1, -1, true, 0, 0),
+        masked({2, 333, 333, 2, 2, 128, true, Schedule::kDescending, bf16}, -1, -1, false, 50, 0),
+        masked({1, 150, 150, 2, 2, 64, false, Schedule::kAtomic, bf16}, -1, -1, false, 0, 1.5),
+        masked({2, 400, 400, 4, 2, 128, true, Schedule::kAscending, bf16}, 80, 3, true, 90, 2.0),
+        masked({2, 513, 700, 2, 1, 64, false, Schedule::kDescending, fp16}, 100, 100, true, 64,
+               0),
+    };
+    std::printf("masked kernels (forward ws, backward ws-rs)\n");
+    int failed = 0;
+    for (const Case& c : mcases) failed += run_case(c) ? 0 : 1;
+    std::printf("%s: %d of %zu mask cases failed\n", failed ? "FAIL" : "PASS", failed,
+                sizeof(mcases) / sizeof(mcases[0]));
+    return failed ? 1 : 0;
+  }
   if (std::string e = jax_dash::sm90::kernel_selection_error(); !e.empty()) {
     std::fprintf(stderr, "%s\n", e.c_str());
     return 2;

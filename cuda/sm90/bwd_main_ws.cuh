@@ -47,6 +47,7 @@
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/mask.cuh"
 #include "cuda/sm90/softmax.cuh"  // exp2_ftz
 #include "cuda/sm90/tma.cuh"
 
@@ -486,30 +487,16 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     const int64_t b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
     const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
-    // This batch row's lengths and segment ids (ext_mask only).
-    int64_t q_len = p.seq_q, kv_len = p.seq_kv;
-    const int32_t* q_seg = nullptr;
-    const int32_t* kv_seg = nullptr;
+    // This batch row's whole mask (ext_mask only).
+    PolicyMask policy{};
     if (ext_mask) {
-      if (p.q_seq_lengths != nullptr) {
-        q_len = max(int64_t{0}, min(q_len, static_cast<int64_t>(p.q_seq_lengths[b])));
-      }
-      if (p.kv_seq_lengths != nullptr) {
-        kv_len = max(int64_t{0}, min(kv_len, static_cast<int64_t>(p.kv_seq_lengths[b])));
-      }
-      if (p.q_segment_ids != nullptr) {
-        q_seg = p.q_segment_ids + b * p.seq_q;
-        kv_seg = p.kv_segment_ids + b * p.seq_kv;
-      }
+      policy = PolicyMask::for_row(band, b, p.q_seq_lengths, p.kv_seq_lengths, p.q_segment_ids,
+                                   p.kv_segment_ids);
     }
     // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
     // extents and causal.
-    auto hidden_ext = [&](int64_t kv_row, int64_t q_row) {
-      if (q_row >= q_len || kv_row >= kv_len || !band.visible(q_row, kv_row)) return true;
-      return q_seg != nullptr && q_seg[q_row] != kv_seg[kv_row];
-    };
     auto hidden = [&](int64_t kv_row, int64_t q_row) {
-      return ext_mask ? hidden_ext(kv_row, q_row)
+      return ext_mask ? !policy.visible(q_row, kv_row)
                       : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
     };
     clear(tdKrdK);
@@ -548,8 +535,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
       // lse_log2 = +inf, so their P is already 0).
       const bool need_mask =
-          ext_mask ? band.tile(q0, kBlockM, kv0, kBlockN) != TileVisibility::kFull ||
-                         q0 + kBlockM > q_len || kv0 + kBlockN > kv_len || q_seg != nullptr
+          ext_mask ? policy.tile_needs_mask(q0, kBlockM, kv0, kBlockN)
                    : kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
       if (soft_cap > 0.f) {
         // logits = cap * tanh(scale * s / cap): P from the capped logit, and dS takes the
@@ -564,7 +550,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
           const int c = get<1>(tScS(i));
           const float t = tanhf(tSrS(i) * scale_over_cap);
           float prob = exp2_ftz(fmaf(t, cap_log2, -s_lse[c]));
-          if (need_mask && hidden(kv0 + get<0>(tScS(i)), q0 + c)) prob = 0.f;
+          prob = need_mask && hidden(kv0 + get<0>(tScS(i)), q0 + c) ? 0.f : prob;
           tSrS(i) = prob;
           tSrdP(i) = prob * (tSrdP(i) - s_dsum[c]) * (1.f - t * t);
         }
@@ -574,12 +560,21 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         // The mask test is per tile (need_mask), so the element loop has no branch in it: the
         // masked and the unmasked tile each get their own straight-line loop (the same
         // arithmetic).
-        if (need_mask && ext_mask) {
+        // (kSegments decided per tile: no branch in the element loop.)
+        auto masked_probs = [&](auto segments) {
+          constexpr bool kSegments = decltype(segments)::value;
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {
             const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
-            tSrS(i) = hidden_ext(kv0 + get<0>(tScS(i)), q0 + get<1>(tScS(i))) ? 0.f : prob;
+            const bool visible = policy.template visible<kSegments>(q0 + get<1>(tScS(i)),
+                                                                    kv0 + get<0>(tScS(i)));
+            tSrS(i) = visible ? prob : 0.f;
           }
+        };
+        if (need_mask && ext_mask && policy.q_seg != nullptr) {
+          masked_probs(std::true_type{});
+        } else if (need_mask && ext_mask) {
+          masked_probs(std::false_type{});
         } else if (need_mask) {
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {

@@ -182,16 +182,14 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   // The KV tiles this Q tile sees: [n_lo, n_hi), visited last to first; n_end counts them.
   int n_lo = 0;
   int n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
-  int64_t q_len = p.seq_q, kv_len = p.seq_kv;  // this batch row's lengths (extents without them)
+  PolicyMask policy{};  // kMask: this batch row's whole mask
   if (kMask && p.has_mask) {
-    if (p.q_lengths != nullptr) q_len = max(int64_t{0}, min(q_len, int64_t(p.q_lengths[batch])));
-    if (p.kv_lengths != nullptr) {
-      kv_len = max(int64_t{0}, min(kv_len, int64_t(p.kv_lengths[batch])));
-    }
+    policy = PolicyMask::for_row(p.band, batch, p.q_lengths, p.kv_lengths, p.q_segments,
+                                 p.kv_segments);
     const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, m_block);
     n_lo = band_tiles.first;
-    n_hi = min(band_tiles.end, int((kv_len + kBlockN - 1) / kBlockN));
-    if (row_begin >= q_len) n_hi = n_lo;  // every row of the tile is past its query length
+    n_hi = min(band_tiles.end, int((policy.kv_len + kBlockN - 1) / kBlockN));
+    if (row_begin >= policy.q_len) n_hi = n_lo;  // every row of the tile is past its length
   }
   const int n_end = max(n_hi - n_lo, 0);
 
@@ -365,40 +363,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   float correction[kRows];
   auto softmax_scores = [&](int j) {
     if (kMask && p.soft_cap > 0.f) {
-      // logits = cap * tanh(scale * s / cap), in log2 units.
-      const float cap = p.soft_cap;
-      const float cap_log2 = cap * kLog2e;
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = cap_log2 * tanhf(tSrS(i) * scale / cap);
+      soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
     } else {
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
     }
     const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
     if (kMask && p.has_mask) {
-      // Only tiles the band cuts, that cross a length, or (with segment ids) any tile, take the
-      // per-element predicate of cuda/mask.h.
-      const bool partial =
-          p.band.tile(row_begin, kBlockM, col_begin, kBlockN) != TileVisibility::kFull ||
-          row_begin + kBlockM > q_len || col_begin + kBlockN > kv_len || p.q_segments != nullptr;
-      if (partial) {
-        CUTE_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          const int64_t row = row_begin + get<0>(score_coords(r, 0));
-          const bool row_live = row < q_len && row < p.seq_q;
-          const int32_t row_segment =
-              p.q_segments != nullptr && row_live ? p.q_segments[int64_t(batch) * p.seq_q + row]
-                                                  : 0;
-          CUTE_UNROLL
-          for (int c = 0; c < size<1>(scores); ++c) {
-            const int64_t col = col_begin + get<1>(score_coords(r, c));
-            bool visible = row_live && col < kv_len && p.band.visible(row, col);
-            if (visible && p.kv_segments != nullptr) {
-              visible = p.kv_segments[int64_t(batch) * p.seq_kv + col] == row_segment;
-            }
-            if (!visible) scores(r, c) = -INFINITY;
-          }
-        }
+      if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
+        policy.apply(scores, score_coords, row_begin, col_begin);
       }
     } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
       mask.apply(scores, score_coords, row_begin, col_begin);

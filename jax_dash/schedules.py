@@ -522,6 +522,128 @@ def simulate(dag: ScheduleDag, *, workers: int | None = None,
                      worker=worker, previous=previous)
 
 
+EARLY_FETCH_MODES = ("never", "safe", "always")
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchResult:
+    early: str
+    workers: int
+    deadlocked: bool
+    makespan: float      # inf if deadlocked
+    start: np.ndarray    # [items] start of each item's first step (nan: never started)
+    finish: np.ndarray   # [items, max_steps] node finish times (nan: never)
+    taken: np.ndarray    # [items] when the item was fetched (nan: never)
+    fetched_early: int   # items fetched while their worker still held another one
+
+
+def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
+                   cost: CostModel = CostModel(), early: str = "never",
+                   setup: float = 0.0) -> FetchResult:
+    """The in-order fetch of ``simulate``, node by node, with an optional **early fetch** (stage S4
+    of the kernel plan): a worker takes its next item as soon as the compute of its current item's
+    last step is done (the rest of that item is the dQ writer's tail: the last ticket wait and
+    add), and starts it when the current item completes. A worker then holds two items.
+
+    early="never": fetch at completion (``simulate``'s model; the tests check they agree).
+    early="always": every worker fetches early.
+    early="safe": the rule of shared/KERNEL_PLAN.md section 4.4: ascending, descending and atomic
+    always fetch early; shift and symmetric_shift only when the next untaken item lies in a later
+    slice of the same head or in another head (else at completion).
+
+    ``setup``: a fixed cost per item between its fetch and its first step (the kernel's unit
+    start: the fetch itself, the visit tables, the K/V load), which early fetch overlaps with the
+    previous item's tail: an item's first step begins at max(its start, fetch + setup).
+    Nodes finish at max(previous node + compute, ticket predecessor) + reduce, as in
+    ``simulate``; runnable nodes commit in time order (ties: smaller item first, then a fetch
+    before a node of the same item). Nothing runnable while items remain: a deadlock.
+    A simple event simulation for deadlock sweeps on small problems (``simulate`` is the fast one).
+    """
+    if early not in EARLY_FETCH_MODES:
+        raise ValueError(f"early={early!r} must be one of {EARLY_FETCH_MODES}")
+    if not (math.isfinite(setup) and setup >= 0):
+        raise ValueError(f"setup={setup!r} must be a finite number >= 0")
+    p = dag.problem
+    workers = p.wave if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1")
+    num_items, max_steps = dag.kind.shape
+    compute, reduce = _cost_arrays(dag, cost)
+    per_head = max(dag.items_per_head, 1)
+    tables = head_tables(dag.schedule, p, 0)
+    wave_first = np.asarray(tables["wave_first"])
+    sliced = dag.effective_schedule in ("shift", "symmetric_shift")
+
+    def may_fetch_early(g, candidate):
+        if early == "never" or candidate >= num_items:
+            return False
+        if early == "always" or not sliced:
+            return True
+        same_head = candidate // per_head == g // per_head
+        return not (same_head and wave_first[candidate % per_head] == wave_first[g % per_head])
+
+    finish = np.full((num_items, max_steps), np.nan)
+    start = np.full(num_items, np.nan)
+    taken_at = np.full(num_items, np.nan)
+    nxt = [0] * num_items
+    waiting = {}       # node -> items whose next node waits on it
+    held = {}          # item -> the item its worker fetched early (not started yet)
+    heap = []          # (time, item, kind, payload): kind 0 = fetch, 1 = node
+    last_real = np.maximum(dag.length - 1, 0)
+    state = {"taken": 0, "early": 0}
+
+    def offer(g):
+        s = nxt[g]
+        before = max(start[g], taken_at[g] + setup) if s == 0 else finish[g, s - 1]
+        if early != "never" and s == last_real[g]:
+            heapq.heappush(heap, (before + compute[g, s], g, 0, 0))  # its math is done then
+        pred = int(dag.pred[g, s])
+        if pred >= 0 and np.isnan(finish.flat[pred]):
+            waiting.setdefault(pred, []).append(g)
+            return
+        wait = finish.flat[pred] if pred >= 0 else -np.inf
+        heapq.heappush(heap, (max(before + compute[g, s], wait) + reduce[g, s], g, 1, 0))
+
+    def take(time):
+        h = state["taken"]
+        state["taken"] += 1
+        taken_at[h] = time
+        return h
+
+    for g in range(min(workers, num_items)):
+        take(0.0)
+        start[g] = 0.0
+        offer(g)
+    while heap:
+        time, g, kind, _ = heapq.heappop(heap)
+        if kind == 0:  # g's last step has left the math warps: fetch early if allowed
+            if g not in held and may_fetch_early(g, state["taken"]):
+                held[g] = take(time)
+                state["early"] += 1
+            continue
+        s = nxt[g]
+        finish[g, s] = time
+        nxt[g] += 1
+        for h in waiting.pop(g * max_steps + s, []):
+            offer(h)
+        if nxt[g] < max_steps:
+            offer(g)
+            continue
+        # g is complete: its worker starts the item it fetched early, or fetches now.
+        h = held.pop(g, None)
+        if h is None and state["taken"] < num_items:
+            h = take(time)
+        if h is not None:
+            start[h] = time
+            offer(h)
+    done = ~np.isnan(finish).any(axis=1) if num_items else np.zeros(0, bool)
+    deadlocked = not bool(done.all())
+    makespan = math.inf if deadlocked else (float(np.nanmax(finish)) if num_items else 0.0)
+    return FetchResult(early=early, workers=workers, deadlocked=deadlocked, makespan=makespan,
+                       start=start, finish=finish, taken=taken_at,
+                       fetched_early=state["early"])
+
+
 def _critical_path(dag, finish, start, total, offset, has_pred, previous):
     """Walks back from the last node: which term of the max fixed each finish time (a ticket
     predecessor, or the item's start, i.e. the end of the worker's previous item)."""

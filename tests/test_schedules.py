@@ -739,3 +739,81 @@ def test_hidden_pairs_shape_is_checked():
     with pytest.raises(ValueError, match=r"hidden has shape \(1, 2, 2\), expected"):
         schedules.with_hidden_pairs(schedules.build_dag("descending", p),
                                     np.zeros((1, 2, 2), bool))
+
+
+# ---- early fetch (stage S4 of the kernel plan), modelled before any kernel uses it --------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ALL)
+def test_fetch_simulation_without_early_fetch_is_the_simulator(name, causal):
+    """simulate_fetch(early="never") is an independent node-by-node run of simulate's model."""
+    cost = schedules.CostModel(compute=1.0, reduce=0.3, dkv_reduce=0.45)
+    for case in (dict(seq_q=512, seq_kv=512, heads=3, batch=2, wave=5),
+                 dict(seq_q=300, seq_kv=500, heads=4, kv_heads=2, wave=7),
+                 dict(seq_q=1024, seq_kv=1024, heads=3, wave=11)):
+        case = dict(case)
+        wave = case.pop("wave")
+        p = problem(case.pop("seq_q"), case.pop("seq_kv"), causal=causal, wave=wave, **case)
+        dag = schedules.build_dag(name, p)
+        want = schedules.simulate(dag, cost=cost)
+        got = schedules.simulate_fetch(dag, cost=cost, early="never")
+        assert not got.deadlocked and got.fetched_early == 0
+        np.testing.assert_allclose(got.start, want.start, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(got.finish, want.finish, rtol=0, atol=1e-9)
+
+
+EARLY_SWEEP_WAVES = (1, 2, 3, 4, 5, 7, 8, 11, 13, 31)
+
+
+@pytest.mark.parametrize("shape", SWEEP_SHAPES[:6], ids=lambda s: "x".join(map(str, s)))
+def test_early_fetch_never_deadlocks(shape):
+    """The early-fetch rule (shared/KERNEL_PLAN.md 4.4; "safe"): every schedule, both masks, waves
+    below and above a head's items, one and a few extra workers, with and without a per-item setup
+    cost: every step runs, every ticket edge is honoured, items are taken in order, none starts
+    before it was taken, and a worker holds at most two items."""
+    seq_q, seq_kv, block_m, block_n, heads, batch, kv_heads = shape
+    for causal in (False, True):
+        for wave in EARLY_SWEEP_WAVES:
+            p = problem(seq_q, seq_kv, causal=causal, wave=wave, heads=heads, batch=batch,
+                        kv_heads=kv_heads, block_m=block_m, block_n=block_n)
+            for name in ALL:
+                dag = schedules.build_dag(name, p)
+                for workers, setup in ((wave, 0.0), (wave + 2, 1.5)):
+                    r = schedules.simulate_fetch(dag, workers=workers, early="safe", setup=setup)
+                    assert not r.deadlocked, (name, wave, workers, shape, causal)
+                    assert not np.isnan(r.finish[dag.kv_tile >= 0]).any()
+                    edges = dag.ticket_edges()
+                    flat = r.finish.reshape(-1)
+                    assert (flat[edges[:, 0]] < flat[edges[:, 1]]).all()
+                    assert (np.diff(r.taken) >= 0).all() and (r.taken <= r.start).all()
+                    ends = r.finish[:, -1]
+                    held = (r.taken[None, :] <= r.taken[:, None]) & \
+                        (ends[None, :] > r.taken[:, None])
+                    assert held.sum(axis=1).max() <= 2 * workers
+
+
+def test_early_fetch_hides_at_most_the_tail():
+    """What early fetch can buy: a per-item setup overlaps only the previous item's tail (its last
+    ticket wait and add), so the saving per item is at most that tail, however large the setup."""
+    p = problem(2048, 2048, causal=False, wave=8, heads=4, block_m=64, block_n=128)
+    dag = schedules.build_dag("descending", p)
+    cost = schedules.CostModel(compute=1.0, reduce=0.2)
+    same = [schedules.simulate_fetch(dag, cost=cost, early=e).makespan for e in ("never", "safe")]
+    assert same[0] == pytest.approx(same[1])  # no setup: nothing to hide
+    for setup in (0.1, 1.0, 5.0):
+        late = schedules.simulate_fetch(dag, cost=cost, early="never", setup=setup)
+        soon = schedules.simulate_fetch(dag, cost=cost, early="safe", setup=setup)
+        assert soon.fetched_early > 0
+        saved = late.makespan - soon.makespan
+        items_per_worker = -(-dag.num_items // 8)
+        assert 0 < saved <= items_per_worker * min(setup, cost.reduce) + 1e-9
+
+
+def test_fetch_simulation_rejects_bad_arguments():
+    dag = schedules.build_dag("descending", problem(256, 256, causal=False, wave=2))
+    with pytest.raises(ValueError, match="early='sometimes' must be one of"):
+        schedules.simulate_fetch(dag, early="sometimes")
+    with pytest.raises(ValueError, match="setup=-1.0 must be a finite number >= 0"):
+        schedules.simulate_fetch(dag, setup=-1.0)
+    with pytest.raises(ValueError, match="workers=0 must be >= 1"):
+        schedules.simulate_fetch(dag, workers=0)

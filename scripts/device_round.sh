@@ -2,7 +2,9 @@
 # One device call, in stages, each under its own time limit and all within DEADLINE seconds
 # (default 570) of the start; logs go to a scratch folder and come back as one tarball plus the
 # short text files under $OUT (the device tool returns at most 8 files).
-#   STAGES="build checks tests bench" bash scripts/device_round.sh
+#   STAGES="build checks tests bench" JAX_DASH_GIT_COMMIT=<commit> bash scripts/device_round.sh
+# (name the commit in the command: the device machine's copy of .git was seen stale, and the
+# benchmark records JAX_DASH_GIT_COMMIT when it is set)
 # Stages:
 #   build     pip wheel + install (the wheel and the standalone driver are copied to $OUT, so a
 #             later call can carry them back in a folder named by PREBUILT and skip the build)
@@ -110,7 +112,7 @@ if has bench; then
   cp "$SCRATCH/bench/results.json" "$RESULT/bench_results.json" 2>/dev/null
 fi
 tar czf "$RESULT/logs.tgz" -C "$SCRATCH" --exclude=wheel . 2>/dev/null
-echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git $(git rev-parse --short HEAD 2>/dev/null)) ===="
+echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git ${JAX_DASH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (device .git, may be stale)}) ===="
 printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"

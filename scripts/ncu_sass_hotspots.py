@@ -2,7 +2,10 @@
 (`ncu -i R.ncu-rep --page source --csv --print-source sass`, scripts/device_round.sh's ncu stage):
 per kernel, the warp-stall samples by reason and the SASS instructions that collect the most.
 
-    python scripts/ncu_sass_hotspots.py FILE.csv [--top 40] [--kernel SUBSTRING]
+    python scripts/ncu_sass_hotspots.py FILE.csv [--top 40] [--kernel SUBSTRING] [--loop]
+
+--loop keeps only the instructions from the first to the last HGMMA (the main loop of the math
+warps; the producer's and the writer's waits lie outside it in these kernels).
 """
 from __future__ import annotations
 
@@ -44,10 +47,16 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--kernel", default="")
+    ap.add_argument("--loop", action="store_true",
+                    help="only the instructions between the first and the last HGMMA")
     args = ap.parse_args()
     for name, rows in kernels(args.csv):
         if args.kernel not in name:
             continue
+        if args.loop:
+            hgmma = [i for i, r in enumerate(rows) if "HGMMA" in r["Source"]]
+            if hgmma:
+                rows = rows[hgmma[0]:hgmma[-1] + 1]
         total = sum(as_int(r["Warp Stall Sampling (All Samples)"]) for r in rows)
         reasons = Counter()
         for r in rows:

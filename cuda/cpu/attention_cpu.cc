@@ -34,24 +34,6 @@ struct Layout {
   int group_size() const { return p.num_heads / p.num_kv_heads; }
 };
 
-ScheduleProblem schedule_problem(const AttentionParams& p) {
-  ScheduleProblem s{};
-  s.num_q_tiles = static_cast<int32_t>(ceil_div(p.seq_q, p.tiles.bwd_block_m));
-  s.num_kv_tiles = static_cast<int32_t>(ceil_div(p.seq_kv, p.tiles.bwd_block_n));
-  s.block_m = p.tiles.bwd_block_m;
-  s.block_n = p.tiles.bwd_block_n;
-  s.seq_q = p.seq_q;
-  s.seq_kv = p.seq_kv;
-  s.is_causal = p.is_causal;
-  s.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
-  s.wave = p.wave;
-  s.schedule = p.schedule;
-  s.has_window = p.has_window;
-  s.window_left = p.window_left;
-  s.window_right = p.window_right;
-  return s;
-}
-
 // Loads `rows` rows of one head into a dense [rows, head_dim] fp32 tile (rows past the end -> 0).
 void load_rows(const void* base, DType dtype, int64_t first_index, int64_t row_stride,
                int64_t rows, int64_t valid_rows, int64_t head_dim, float* tile) {
@@ -488,7 +470,7 @@ void backward(const AttentionParams& p) {
   std::fill(p.workspace_i32, p.workspace_i32 + w.i32_size, 0);
   std::fill(p.workspace_f32 + w.dk_accum, p.workspace_f32 + w.f32_size, 0.0f);
   backward_preprocess(p, w);
-  const ScheduleProblem sp = schedule_problem(p);
+  const ScheduleProblem sp = schedule_problem(p, p.tiles, p.wave);
 
   const int64_t num_kv_tiles = sp.num_kv_tiles;
   parallel_for(p.batch * p.num_kv_heads * num_kv_tiles, [&](int64_t task) {

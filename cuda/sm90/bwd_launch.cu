@@ -56,29 +56,9 @@ using WsRsTraits = WsTraits<Element, kHeadDim, true>;
 template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true, true>;
 
-bool has_extended_mask(const AttentionParams& p) {
-  return p.has_window || p.q_seq_lengths != nullptr || p.kv_seq_lengths != nullptr ||
-         p.q_segment_ids != nullptr || p.logits_soft_cap > 0.0f;
-}
 
 ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
-  const TileConfig t = tile_config(p.head_dim);
-  ScheduleProblem sp{};
-  sp.num_q_tiles = static_cast<int32_t>(ceil_div(p.seq_q, t.bwd_block_m));
-  sp.num_kv_tiles = static_cast<int32_t>(ceil_div(p.seq_kv, t.bwd_block_n));
-  sp.block_m = t.bwd_block_m;
-  sp.block_n = t.bwd_block_n;
-  sp.seq_q = p.seq_q;
-  sp.seq_kv = p.seq_kv;
-  sp.is_causal = p.is_causal;
-  sp.num_heads = static_cast<int32_t>(p.batch * p.num_heads);
-  sp.wave = std::max(wave, 1);
-  sp.schedule = p.schedule;
-  // The band beyond causal (a window): items, visit orders and tickets follow it, as on the CPU.
-  sp.has_window = p.has_window;
-  sp.window_left = p.window_left;
-  sp.window_right = p.window_right;
-  return sp;
+  return schedule_problem(p, tile_config(p.head_dim), std::max(wave, 1));
 }
 
 int64_t total_items(const ScheduleProblem& sp) {
@@ -135,7 +115,7 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
   if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
   if (!fits) k = BwdKernel::kClassic;
-  if (has_extended_mask(p)) {
+  if (needs_masked_kernels(p)) {
     return k == BwdKernel::kWarpSpecializedRs ? BwdKernel::kWarpSpecializedRsMask
                                               : BwdKernel::kInvalid;
   }

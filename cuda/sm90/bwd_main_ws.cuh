@@ -411,10 +411,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, behind JAX_DASH_SM90_MASKS until
   // verified on a GPU): a window, lengths or segment ids. The items, visits and tickets already
   // follow the band (make_schedule_problem); lengths and segments only hide elements.
-  const bool ext_mask = Traits::kMask && (p.has_window || p.q_seq_lengths != nullptr ||
-                                          p.kv_seq_lengths != nullptr ||
-                                          p.q_segment_ids != nullptr);
-  const MaskBand band = mask_band(p);
+  const bool ext_mask = Traits::kMask && has_mask_policy(p);
   const float soft_cap = Traits::kMask ? p.logits_soft_cap : 0.f;
   const float scale_over_cap = soft_cap > 0.f ? scale / soft_cap : 0.f;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
@@ -489,10 +486,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
     // This batch row's whole mask (ext_mask only).
     PolicyMask policy{};
-    if (ext_mask) {
-      policy = PolicyMask::for_row(band, b, p.q_seq_lengths, p.kv_seq_lengths, p.q_segment_ids,
-                                   p.kv_segment_ids);
-    }
+    if (ext_mask) policy.m = mask_policy(p, b);
     // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
     // extents and causal.
     auto hidden = [&](int64_t kv_row, int64_t q_row) {
@@ -571,7 +565,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
             tSrS(i) = visible ? prob : 0.f;
           }
         };
-        if (need_mask && ext_mask && policy.q_seg != nullptr) {
+        if (need_mask && ext_mask && policy.has_segments()) {
           masked_probs(std::true_type{});
         } else if (need_mask && ext_mask) {
           masked_probs(std::false_type{});

@@ -184,12 +184,12 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   int n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
   PolicyMask policy{};  // kMask: this batch row's whole mask
   if (kMask && p.has_mask) {
-    policy = PolicyMask::for_row(p.band, batch, p.q_lengths, p.kv_lengths, p.q_segments,
-                                 p.kv_segments);
+    policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
+                                           p.kv_segments, p.seq_q, p.seq_kv, batch)};
     const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, m_block);
     n_lo = band_tiles.first;
-    n_hi = min(band_tiles.end, int((policy.kv_len + kBlockN - 1) / kBlockN));
-    if (row_begin >= policy.q_len) n_hi = n_lo;  // every row of the tile is past its length
+    n_hi = int(min(int64_t(band_tiles.end), ceil_div(policy.m.row.kv_length, kBlockN)));
+    if (row_begin >= policy.m.row.q_length) n_hi = n_lo;  // every row is past its query length
   }
   const int n_end = max(n_hi - n_lo, 0);
 
@@ -501,8 +501,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.is_causal = ap.is_causal;
   p.out = ap.out;
   p.lse = ap.lse;
-  p.has_mask = ap.has_window || ap.q_seq_lengths != nullptr || ap.kv_seq_lengths != nullptr ||
-               ap.q_segment_ids != nullptr;
+  p.has_mask = has_mask_policy(ap);
   p.band = mask_band(ap);
   p.q_lengths = ap.q_seq_lengths;
   p.kv_lengths = ap.kv_seq_lengths;
@@ -553,9 +552,7 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
-  const bool masked = p.has_window || p.q_seq_lengths != nullptr || p.kv_seq_lengths != nullptr ||
-                      p.q_segment_ids != nullptr || p.logits_soft_cap > 0.0f;
-  if (masked) {  // the mask policy is in the warp-specialized kernel only (the handler checks)
+  if (needs_masked_kernels(p)) {  // the mask policy is in the warp-specialized kernel only (the handler checks)
     return fwd_uses_warp_specialized() ? dispatch_fwd<true, true>(p, stream)
                                        : cudaErrorInvalidValue;
   }

@@ -38,63 +38,41 @@ struct AttentionMask {
   }
 };
 
-// The whole mask policy of cuda/mask.h for one batch row (band, lengths, segment ids), for the
-// masked kernel instantiations (issue 13). visible() evaluates every part without branching on
-// the data (segment ids are read at clamped indices), so an unrolled loop over a tile compiles to
-// straight-line selects.
+// cuda/mask.h's MaskPolicy of one batch row, for the masked kernel instantiations (issue 13):
+// the per-tile test, and the per-element predicate with the segment test chosen per tile (kSegments)
+// and segment ids read at clamped indices, so an unrolled loop over a tile has no branch in it.
 struct PolicyMask {
-  MaskBand band;
-  int64_t q_len;           // this row's query length, clipped to [0, seq_q]
-  int64_t kv_len;          // this row's key length, clipped to [0, seq_kv]
-  const int32_t* q_seg;    // this row's query segment ids, or nullptr
-  const int32_t* kv_seg;   // this row's key segment ids (with q_seg)
+  MaskPolicy m;
 
-  // The row's lengths and segment ids from the call's arrays (any may be nullptr).
-  __device__ static PolicyMask for_row(const MaskBand& band, int64_t b,
-                                       const int32_t* q_lengths, const int32_t* kv_lengths,
-                                       const int32_t* q_segments, const int32_t* kv_segments) {
-    PolicyMask m{band, band.seq_q, band.seq_kv, nullptr, nullptr};
-    if (q_lengths != nullptr) m.q_len = clip(q_lengths[b], band.seq_q);
-    if (kv_lengths != nullptr) m.kv_len = clip(kv_lengths[b], band.seq_kv);
-    if (q_segments != nullptr) {
-      m.q_seg = q_segments + b * band.seq_q;
-      m.kv_seg = kv_segments + b * band.seq_kv;
-    }
-    return m;
-  }
-  __device__ static int64_t clip(int32_t length, int64_t extent) {
-    return length < 0 ? 0 : (length > extent ? extent : length);
-  }
+  __device__ __forceinline__ bool has_segments() const { return m.row.q_segment_ids != nullptr; }
 
   // Tiles that need the per-element predicate: cut by the band, crossing a length, or any tile
   // when segment ids are present (they are data).
   __device__ __forceinline__ bool tile_needs_mask(int64_t r0, int rows, int64_t c0,
                                                   int cols) const {
-    return band.tile(r0, rows, c0, cols) != TileVisibility::kFull || r0 + rows > q_len ||
-           c0 + cols > kv_len || q_seg != nullptr;
+    return m.band.tile(r0, rows, c0, cols) != TileVisibility::kFull ||
+           r0 + rows > m.row.q_length || c0 + cols > m.row.kv_length || has_segments();
   }
 
-  // kSegments: whether q_seg is set (decided once per tile by the caller, so that the element
-  // loops have no branch).
   template <bool kSegments>
   __device__ __forceinline__ bool visible(int64_t i, int64_t j) const {
-    bool v = i < q_len && j < kv_len && band.visible(i, j);
+    bool v = i < m.row.q_length && j < m.row.kv_length && m.band.visible(i, j);
     if constexpr (kSegments) {
-      const int64_t ic = i < band.seq_q ? i : band.seq_q - 1;
-      const int64_t jc = j < band.seq_kv ? j : band.seq_kv - 1;
-      v = v && q_seg[ic >= 0 ? ic : 0] == kv_seg[jc >= 0 ? jc : 0];
+      const int64_t ic = i < m.band.seq_q ? i : m.band.seq_q - 1;
+      const int64_t jc = j < m.band.seq_kv ? j : m.band.seq_kv - 1;
+      v = v && m.row.q_segment_ids[ic >= 0 ? ic : 0] == m.row.kv_segment_ids[jc >= 0 ? jc : 0];
     }
     return v;
   }
   __device__ __forceinline__ bool visible(int64_t i, int64_t j) const {
-    return q_seg != nullptr ? visible<true>(i, j) : visible<false>(i, j);
+    return has_segments() ? visible<true>(i, j) : visible<false>(i, j);
   }
 
   // scores: rows x cols view of a (query rows, key columns) accumulator tile; -inf where hidden.
   template <class ScoreTensor, class CoordTensor>
   __device__ __forceinline__ void apply(ScoreTensor& scores, CoordTensor const& coords,
                                         int64_t row_begin, int64_t col_begin) const {
-    if (q_seg != nullptr) {
+    if (has_segments()) {
       apply_impl<true>(scores, coords, row_begin, col_begin);
     } else {
       apply_impl<false>(scores, coords, row_begin, col_begin);

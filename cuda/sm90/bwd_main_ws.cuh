@@ -408,8 +408,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const bool deterministic = sp.schedule != Schedule::kAtomic;
   const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
   const float scale_log2 = scale * kLog2e;
-  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, behind JAX_DASH_SM90_MASKS until
-  // verified on a GPU): a window, lengths or segment ids. The items, visits and tickets already
+  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, first run on an H100 2026-11-23):
+  // a window, lengths or segment ids. The items, visits and tickets already
   // follow the band (make_schedule_problem); lengths and segments only hide elements.
   const bool ext_mask = Traits::kMask && has_mask_policy(p);
   const float soft_cap = Traits::kMask ? p.logits_soft_cap : 0.f;

@@ -5,8 +5,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/ffi_common.h"
@@ -92,16 +90,10 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
   return ffi::Error::Success();
 }
 
-// The mask features the Hopper kernels do not implement yet (cuda/mask.h defines them; the CPU
-// kernels run them). Named one by one so the user knows which argument to drop.
-// The mask policy on the Hopper kernels (issue 13) is written into the warp-specialized forward
-// and backward but has not yet run on a GPU: until tests/test_gpu_masks.py passes there it is
-// refused unless JAX_DASH_SM90_MASKS=1 asks for it (that is how those tests run it).
-bool gpu_masks_enabled() {
-  const char* v = std::getenv("JAX_DASH_SM90_MASKS");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
+// The mask policy beyond causal (window, lengths, segment ids, soft cap; cuda/mask.h) lives in the
+// warp-specialized Hopper kernels only (verified on an H100 on 2026-11-23: tests/test_gpu_masks.py
+// and the driver's "masks" mode). A call that would run the classic kernel with one is refused,
+// naming the argument.
 ffi::Error check_gpu_mask(const AttentionParams& p, bool backward) {
   const char* feature = nullptr;
   if (p.has_window) feature = "local_window_size";
@@ -109,12 +101,6 @@ ffi::Error check_gpu_mask(const AttentionParams& p, bool backward) {
   else if (p.q_segment_ids != nullptr) feature = "query_segment_ids/key_value_segment_ids";
   else if (p.logits_soft_cap > 0.0f) feature = "logits_soft_cap";
   if (feature == nullptr) return ffi::Error::Success();
-  if (!gpu_masks_enabled()) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      std::string("jax_dash: ") + feature +
-                          " is not supported by the Hopper kernels yet; it runs on CPU today "
-                          "(GPU support: issue 13)");
-  }
   const bool warp_specialized = backward ? bwd_uses_warp_specialized(p)
                                          : fwd_uses_warp_specialized();
   if (!warp_specialized) {

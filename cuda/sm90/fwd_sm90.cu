@@ -133,8 +133,8 @@ struct FwdKernelParams {
   bool is_causal;
   void* out;
   float* lse;
-  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, behind JAX_DASH_SM90_MASKS until
-  // verified on a GPU): has_mask says that a window, lengths or segment ids are present. band holds
+  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, first run on an H100 2026-11-23):
+  // has_mask says that a window, lengths or segment ids are present. band holds
   // extents, causal and window; the pointers are device arrays (nullptr when absent).
   bool has_mask;
   MaskBand band;

@@ -11,13 +11,15 @@
 #   ws        scripts/device_ws.sh without its build (driver checks, synccheck, kernel timings)
 #   checks    the standalone driver: default kernels, classic kernels, the variants' bits, and
 #             the masked kernels' cases (driver mode "masks")
-#   sanitize  scripts/sanitize.sh over the driver (TOOLS, default all four); with "masks" in
-#             STAGES also memcheck, synccheck and initcheck over the masked cases
+#   sanitize  scripts/sanitize.sh over the driver (SAN_TOOLS, default all four; SAN_ENV e.g.
+#             "JAX_DASH_SM90_BWD=ws-rs2"); with "masks" in STAGES also memcheck, synccheck and
+#             initcheck over the masked cases
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
-#             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws")
+#             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws";
+#             KBENCH_BWD e.g. "ws-rs ws-rs2": every shape once per backward kernel, in turn)
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
@@ -66,7 +68,8 @@ if has checks && [[ -n "$D" ]]; then
   stage check_masks 120 "$D" masks
 fi
 if has sanitize && [[ -n "$D" ]]; then
-  stage sanitize 400 env OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" bash scripts/sanitize.sh "$D"
+  stage sanitize 400 env ${SAN_ENV:-} OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" \
+    TOOLS="${SAN_TOOLS:-memcheck racecheck synccheck initcheck}" bash scripts/sanitize.sh "$D"
   has masks && stage sanitize_masks 300 env OUT="$SCRATCH/san_masks" LIMIT="${SAN_LIMIT:-150}" \
     DRIVER_ARGS=masks TOOLS="memcheck synccheck initcheck" bash scripts/sanitize.sh "$D"
 fi
@@ -98,8 +101,11 @@ fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift;8 2048 16 16 128 0 descending;8 2048 32 32 64 0 descending}"
   for shape in "${kb_shapes[@]}"; do
-    tag=$(echo $shape | tr ' ' '_')
-    stage "kbench_$tag" 60 env ${KBENCH_ENV:-} "$D" bench $shape "${BENCH_ITERS:-20}"
+    for bwd in ${KBENCH_BWD:-default}; do
+      tag=$(echo $shape | tr ' ' '_'); bwd_env=()
+      [[ $bwd != default ]] && tag="${bwd}_$tag" && bwd_env=("JAX_DASH_SM90_BWD=$bwd")
+      stage "kbench_$tag" 60 env ${KBENCH_ENV:-} "${bwd_env[@]}" "$D" bench $shape "${BENCH_ITERS:-20}"
+    done
   done
 fi
 if has tests; then
@@ -116,7 +122,10 @@ echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --for
 printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
-grep -h "^bench " "$SCRATCH"/kbench_*.log 2>/dev/null
+for f in "$SCRATCH"/kbench_*.log; do
+  [[ -f $f ]] && echo "$(basename "$f" .log | sed 's/^kbench_//; s/_[0-9].*//; s/^[0-9]*$/default/'): $(grep -h "^bench " "$f")"
+  [[ -f $f ]] && grep -h "math wait dQ buffer\|writer wait ticket\|math epilogue" "$f" | sed 's/^ */    /'
+done
 for m in both unit handshake race; do
   f="$SCRATCH/probe_$m.log"
   [[ -f $f ]] && echo "probe $m: $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')" && cat "$SCRATCH/probe_${m}_pairs.txt"

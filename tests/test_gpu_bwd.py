@@ -240,6 +240,27 @@ def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
                              tag=f"seq_q={seq_q} (classic kernel)")
 
 
+@pytest.mark.parametrize("shape, is_causal", [((1, 1000, 1000, 4, 2, 128), True),
+                                               ((2, 777, 1500, 4, 4, 64), False),
+                                               ((1, 200_000, 200, 1, 1, 128), False)])
+@pytest.mark.parametrize("schedule", ["descending", "symmetric_shift", "shift"])
+def test_two_dq_buffers_give_the_bits_of_one(monkeypatch, shape, is_causal, schedule):
+    """JAX_DASH_SM90_BWD=ws-rs2 (two dQ buffers between the math warpgroups and the dQ writer)
+    only lets the math run further ahead of the writer: same tickets, same adds, the bits of ws-rs.
+    At 200k query tokens (head_dim 128) its tables do not fit and it runs ws-rs itself."""
+    q, k, v, dout, out, lse, scale = _gpu_inputs(9, *shape, jnp.bfloat16, is_causal)
+    out = out.astype(q.dtype)
+    grads = {}
+    for name in ("ws-rs", "ws-rs2"):
+        monkeypatch.setenv("JAX_DASH_SM90_BWD", name)
+        grads[name] = _bwd_fn(scale, is_causal, schedule)(q, k, v, out, lse, dout)
+        jax.block_until_ready(grads[name])
+    for name, a, b in zip(("dq", "dk", "dv"), grads["ws-rs"], grads["ws-rs2"]):
+        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), name
+    _check_against_reference(q, k, v, dout, out, lse, scale, is_causal, grads["ws-rs2"],
+                             tag=f"ws-rs2 {shape}")
+
+
 @pytest.mark.parametrize("var,value", [("JAX_DASH_SM90_BWD", "fast"),
                                        ("JAX_DASH_SM90_FWD", "ws-rs")])
 def test_unknown_kernel_variant_is_a_clear_error(monkeypatch, var, value):

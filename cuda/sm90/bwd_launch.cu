@@ -31,12 +31,15 @@ using bwd::WsTraits;
 // gradients are another bits version than bwd_main.cuh's (docs/determinism.md). A query too long
 // for the warp-specialized kernel's shared-memory tables (about 254k tokens at head_dim 128) runs
 // the classic kernel, whose tables are smaller (about 450k).
+// "ws-rs2" is ws-rs with two dQ buffers between the math warpgroups and the writer (one dS^T
+// buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs.
 // A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's
 // masked instantiation (kMask); the other kernels do not carry the mask policy.
 enum class BwdKernel {
   kClassic,
   kWarpSpecialized,
   kWarpSpecializedRs,
+  kWarpSpecializedRs2,
   kWarpSpecializedRsMask,
   kInvalid
 };
@@ -46,6 +49,7 @@ BwdKernel requested_bwd_kernel() {
     return BwdKernel::kWarpSpecializedRs;
   }
   if (std::strcmp(v, "ws") == 0) return BwdKernel::kWarpSpecialized;
+  if (std::strcmp(v, "ws-rs2") == 0) return BwdKernel::kWarpSpecializedRs2;
   if (std::strcmp(v, "classic") == 0) return BwdKernel::kClassic;
   return BwdKernel::kInvalid;
 }
@@ -53,6 +57,8 @@ template <class Element, int kHeadDim>
 using WsSsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
 using WsRsTraits = WsTraits<Element, kHeadDim, true>;
+template <class Element, int kHeadDim>
+using WsRs2Traits = WsTraits<Element, kHeadDim, true, false, 2>;
 template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true, true>;
 
@@ -112,6 +118,14 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   BwdKernel k = requested_bwd_kernel();
   bool fits = true;
   auto check = [&](auto traits) { fits = fits_shared_memory<decltype(traits)>(p); };
+  if (needs_masked_kernels(p) && k == BwdKernel::kWarpSpecializedRs2) {
+    k = BwdKernel::kWarpSpecializedRs;  // the masked kernel has one dQ buffer
+  }
+  if (k == BwdKernel::kWarpSpecializedRs2) {
+    dispatch_traits<WsRs2Traits>(p, check);
+    if (!fits) k = BwdKernel::kWarpSpecializedRs;  // its smaller tables (fits is rechecked below)
+  }
+  fits = true;
   if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
   if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
   if (!fits) k = BwdKernel::kClassic;
@@ -129,6 +143,7 @@ bool dispatch(const AttentionParams& p, F&& f) {
   switch (bwd_kernel(p)) {
     case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRs2: return dispatch_traits<WsRs2Traits>(p, f);
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
@@ -311,13 +326,13 @@ int bwd_trace_slots() { return bwd::kWsTraceSlots; }
 bool bwd_uses_warp_specialized(const AttentionParams& p) {
   const BwdKernel k = bwd_kernel(p);
   return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
-         k == BwdKernel::kWarpSpecializedRsMask;
+         k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsMask;
 }
 
 std::string kernel_selection_error() {
   if (requested_bwd_kernel() == BwdKernel::kInvalid) {
     return std::string("jax_dash: JAX_DASH_SM90_BWD='") + std::getenv("JAX_DASH_SM90_BWD") +
-           "' names no backward kernel; use ws-rs (the default), ws or classic";
+           "' names no backward kernel; use ws-rs (the default), ws-rs2, ws or classic";
   }
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +

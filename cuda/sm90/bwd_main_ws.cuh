@@ -9,7 +9,8 @@
 //     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
 //             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
 //             asynchronous reduction, frees the buffer once it has been read (dQEmpty), waits for
-//             the reduction to complete in global memory, then releases the ticket.
+//             the reduction to complete in global memory, then releases the ticket. With two dQ
+//             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.
 //     warps 2-3 exit.
 //   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit.
@@ -62,7 +63,16 @@ enum WsBarrier : int {
   kdQFullBarrier = 3,   // math arrive, writer sync: the step's dQ partial is in shared memory
   kdQEmptyBarrier = 4,  // writer arrive, math sync: the dQ buffer may be overwritten
   kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue
+  kdQFullBarrier1 = 6,  // the same pair for the second dQ buffer (kdQStages == 2)
+  kdQEmptyBarrier1 = 7,
 };
+// The full/empty barrier pair of dQ buffer j.
+__device__ __forceinline__ int dq_full_barrier(int j) {
+  return j ? kdQFullBarrier1 : kdQFullBarrier;
+}
+__device__ __forceinline__ int dq_empty_barrier(int j) {
+  return j ? kdQEmptyBarrier1 : kdQEmptyBarrier;
+}
 
 // Opt-in per-role wait trace (tests/sm90_check.cu bench): clock64 cycles one representative thread
 // of each role spends waiting, summed per CTA. The slots of CTA c are trace[c * kWsTraceSlots + i].
@@ -98,12 +108,17 @@ struct WsTracer {
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run kMask = false, compiled as before.
-template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false>
+// kdQStages: dQ buffers between the math warpgroups and the writer (1, or 2 for "ws-rs2": the math
+// may then run two steps ahead of the writer; the second buffer's 32 KB come from the dS^T double
+// buffer, see kdSStages).
+template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false, int kdQStages_ = 1>
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
   static constexpr bool kRsdKV = kRsdKV_;
   static constexpr bool kMask = kMask_;
+  static constexpr int kdQStages = kdQStages_;
+  static_assert(kdQStages == 1 || kdQStages == 2, "one or two dQ buffers");
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = Base::kBlockM;
@@ -151,9 +166,10 @@ struct WsTraits {
     alignas(1024) Element v[kBlockN * kHeadDim];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
-    alignas(1024) Element pt[kPtElems];
     alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
-    alignas(128) float dq[kdQFloats];
+    // P^T (SS only; a 16-byte placeholder with kRsdKV, placed here so it costs no alignment pad).
+    alignas(kRsdKV ? 16 : 1024) Element pt[kPtElems];
+    alignas(128) float dq[kdQStages][kdQFloats];
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dsum[kStages][kBlockM];
     alignas(8) uint64_t kv_full;
@@ -347,9 +363,12 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   WsUnit u;
   while (published_unit(P, smem, &u)) {
     const int num_steps = u.num_steps;
-    // The buffer is free for the unit's first step (the previous unit's reductions were waited for).
-    if (num_steps > 0) named_barrier_arrive(kdQEmptyBarrier, Traits::kdQThreads);
+    // The buffers are free for the unit's first steps (the previous unit's reductions were waited
+    // for).
+    for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
+      named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
     for (int s = 0; s < num_steps; ++s) {
+      const int buf = Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages;
       const int m = visit_m[s];
       int32_t* sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m;
       // Wait for the ticket first: the spin overlaps the math warpgroups' work on this step.
@@ -361,18 +380,20 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
       }
       __syncwarp();
       const long long t_full = tracer.start();
-      named_barrier_sync(kdQFullBarrier, Traits::kdQThreads);
+      named_barrier_sync(dq_full_barrier(buf), Traits::kdQThreads);
       tracer.stop(kTraceWriterWaitdQFull, t_full);
       const long long t_reduce = tracer.start();
       if (leader) {
         float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
                                   static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-        bulk_reduce_add_f32(tile, smem.dq, Traits::kdQBytes);
+        bulk_reduce_add_f32(tile, smem.dq[buf], Traits::kdQBytes);
         bulk_commit_group();
         bulk_wait_group_read_all();
       }
       __syncwarp();
-      if (s + 1 < num_steps) named_barrier_arrive(kdQEmptyBarrier, Traits::kdQThreads);
+      if (s + Traits::kdQStages < num_steps) {
+        named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
+      }
       if (leader) {
         // Release only once the adds are complete in global memory (not merely read from shared
         // memory): the next ticket holder's adds must land after ours.
@@ -655,17 +676,18 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       warpgroup_fence_operand(tdQrdQ);
       // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
       // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
+      const int dq_buf = Traits::kdQStages == 1 ? 0 : step % Traits::kdQStages;
       const long long t_empty = tracer.start();
-      named_barrier_sync(kdQEmptyBarrier, Traits::kdQThreads);
+      named_barrier_sync(dq_empty_barrier(dq_buf), Traits::kdQThreads);
       tracer.stop(kTraceMathWaitdQEmpty, t_empty);
-      float4* sdq = reinterpret_cast<float4*>(smem.dq);
+      float4* sdq = reinterpret_cast<float4*>(smem.dq[dq_buf]);
       CUTE_UNROLL
       for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
         sdq[k * kMathThreads + tid] =
             make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       }
       fence_async_shared();  // generic smem stores -> the writer's bulk reduction
-      named_barrier_arrive(kdQFullBarrier, Traits::kdQThreads);
+      named_barrier_arrive(dq_full_barrier(dq_buf), Traits::kdQThreads);
 
       warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
       warpgroup_fence_operand(tdKrdK);

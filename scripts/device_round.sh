@@ -67,12 +67,6 @@ if has checks && [[ -n "$D" ]]; then
   stage variants 90 "$D" variants
   stage check_masks 120 "$D" masks
 fi
-if has sanitize && [[ -n "$D" ]]; then
-  stage sanitize 400 env ${SAN_ENV:-} OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" \
-    TOOLS="${SAN_TOOLS:-memcheck racecheck synccheck initcheck}" bash scripts/sanitize.sh "$D"
-  has masks && stage sanitize_masks 300 env OUT="$SCRATCH/san_masks" LIMIT="${SAN_LIMIT:-150}" \
-    DRIVER_ARGS=masks TOOLS="memcheck synccheck initcheck" bash scripts/sanitize.sh "$D"
-fi
 if has ncu && [[ -n "$D" ]]; then
   IFS=';' read -r -a ncu_shapes <<<"${NCU_SHAPES:-2 8192 16 16 128 0 descending;1 16384 32 32 64 0 descending}"
   for shape in "${ncu_shapes[@]}"; do
@@ -111,6 +105,13 @@ fi
 if has tests; then
   stage tests 400 env OUT="$SCRATCH/gt" bash scripts/gpu_tests.sh 8 --timeout 120 ${GPU_TEST_ARGS:-}
   cp "$SCRATCH/gt/gpu_tests.log" "$RESULT/" 2>/dev/null
+fi
+# Sanitizers last but the benchmark: slow, and the other stages answer the call's question.
+if has sanitize && [[ -n "$D" ]]; then
+  stage sanitize 400 env ${SAN_ENV:-} OUT="$SCRATCH/san" LIMIT="${SAN_LIMIT:-150}" \
+    TOOLS="${SAN_TOOLS:-memcheck racecheck synccheck initcheck}" bash scripts/sanitize.sh "$D"
+  has masks && stage sanitize_masks 300 env OUT="$SCRATCH/san_masks" LIMIT="${SAN_LIMIT:-150}" \
+    DRIVER_ARGS=masks TOOLS="memcheck synccheck initcheck" bash scripts/sanitize.sh "$D"
 fi
 if has bench; then
   stage bench 560 "$PY" benchmarks/bench_attention.py ${BENCH_ARGS:-} --no-plots --out "$SCRATCH/bench"

@@ -246,8 +246,10 @@ def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
 @pytest.mark.parametrize("schedule", ["descending", "symmetric_shift", "shift"])
 def test_two_dq_buffers_give_the_bits_of_one(monkeypatch, shape, is_causal, schedule):
     """JAX_DASH_SM90_BWD=ws-rs2 (two dQ buffers between the math warpgroups and the dQ writer)
-    only lets the math run further ahead of the writer: same tickets, same adds, the bits of ws-rs.
-    At 200k query tokens (head_dim 128) its tables do not fit and it runs ws-rs itself."""
+    only lets the math run further ahead of the writer: same tickets, same adds, the bits of ws-rs
+    (which has one buffer at head_dim 128 and two at 64; the driver's `variants` mode compares it
+    with `ws`, one buffer, at 64). At 200k query tokens (head_dim 128) its tables do not fit and it
+    runs ws-rs itself."""
     q, k, v, dout, out, lse, scale = _gpu_inputs(9, *shape, jnp.bfloat16, is_causal)
     out = out.astype(q.dtype)
     grads = {}

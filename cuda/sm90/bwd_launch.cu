@@ -32,7 +32,9 @@ using bwd::WsTraits;
 // for the warp-specialized kernel's shared-memory tables (about 254k tokens at head_dim 128) runs
 // the classic kernel, whose tables are smaller (about 450k).
 // "ws-rs2" is ws-rs with two dQ buffers between the math warpgroups and the writer (one dS^T
-// buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs.
+// buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs. At
+// head_dim 64 ws-rs itself has two (measured 5.5-6.5% fewer cycles per step on an H100 at 2k-16k,
+// benchmarks/results/perf-notes.md); at head_dim 128 one (two measured 0.4-1.6% slower).
 // A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's
 // masked instantiation (kMask); the other kernels do not carry the mask policy.
 enum class BwdKernel {
@@ -56,7 +58,7 @@ BwdKernel requested_bwd_kernel() {
 template <class Element, int kHeadDim>
 using WsSsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
-using WsRsTraits = WsTraits<Element, kHeadDim, true>;
+using WsRsTraits = WsTraits<Element, kHeadDim, true, false, kHeadDim == 64 ? 2 : 1>;
 template <class Element, int kHeadDim>
 using WsRs2Traits = WsTraits<Element, kHeadDim, true, false, 2>;
 template <class Element, int kHeadDim>

@@ -125,7 +125,7 @@ printf '%s\n' "${summary[@]}"
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
 for f in "$SCRATCH"/kbench_*.log; do
   [[ -f $f ]] && echo "$(basename "$f" .log | sed 's/^kbench_//; s/_[0-9].*//; s/^[0-9]*$/default/'): $(grep -h "^bench " "$f")"
-  [[ -f $f ]] && grep -h "math wait dQ buffer\|writer wait ticket\|math epilogue" "$f" | sed 's/^ */    /'
+  [[ -f $f ]] && grep -h "math wait dQ buffer\|writer\|math epilogue" "$f" | sed 's/^ */    /'
 done
 for m in both unit handshake race; do
   f="$SCRATCH/probe_$m.log"

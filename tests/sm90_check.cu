@@ -561,11 +561,11 @@ void print_trace(const AttentionParams& p) {
   // Slot order: cuda/sm90/bwd_main_ws.cuh WsTraceSlot (the last three: units, steps, cycles).
   const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
                          "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
-                         "writer reduce+complete", "producer wait empty", "math unit start",
-                         "math epilogue"};
-  static_assert(sizeof(names) / sizeof(names[0]) == 10, "one name per timed slot");
-  if (slots != 13) {
-    std::fprintf(stderr, "trace: %d slots, this driver knows 13\n", slots);
+                         "writer reduce (smem read)", "producer wait empty", "math unit start",
+                         "math epilogue",       "writer wait complete", "writer fence+release"};
+  static_assert(sizeof(names) / sizeof(names[0]) == 12, "one name per timed slot");
+  if (slots != 15) {
+    std::fprintf(stderr, "trace: %d slots, this driver knows 15\n", slots);
     return;
   }
   const double cycles = sum[slots - 1] > 0 ? sum[slots - 1] : 1.0;

@@ -83,14 +83,16 @@ enum WsTraceSlot : int {
   kTraceMathWaitdQEmpty = 3, // math: the writer has not yet read the previous dQ (writer late)
   kTraceWriterWaitTicket = 4,  // writer: ticket of tile m (the schedule's waits)
   kTraceWriterWaitdQFull = 5,  // writer: math has not produced this step's dQ yet
-  kTraceWriterWaitReduce = 6,  // writer: bulk reduction read + completed
+  kTraceWriterWaitReduce = 6,  // writer: bulk reduction issued and read from shared memory
   kTraceProducerWaitEmpty = 7, // producer: a stage is still in use by math
   kTraceMathUnitStart = 8,   // math: fetch, visit tables, publication and K/V wait of a unit
   kTraceMathEpilogue = 9,    // math: dK/dV epilogue and the unit's closing barrier
-  kTraceMathUnits = 10,      // math: units done
-  kTraceMathSteps = 11,      // math: steps done
-  kTraceMathCycles = 12,     // math: cycles from the first fetch to the end
-  kWsTraceSlots = 13,
+  kTraceWriterComplete = 10,   // writer: the reduction complete in global memory
+  kTraceWriterRelease = 11,    // writer: proxy fence and ticket release (deterministic only)
+  kTraceMathUnits = 12,      // math: units done
+  kTraceMathSteps = 13,      // math: steps done
+  kTraceMathCycles = 14,     // math: cycles from the first fetch to the end
+  kWsTraceSlots = 15,
 };
 
 // Times one wait of one role into a shared-memory counter when tracing is on (a uniform branch
@@ -391,19 +393,23 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
         bulk_wait_group_read_all();
       }
       __syncwarp();
+      tracer.stop(kTraceWriterWaitReduce, t_reduce);
       if (s + Traits::kdQStages < num_steps) {
         named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
       }
       if (leader) {
         // Release only once the adds are complete in global memory (not merely read from shared
         // memory): the next ticket holder's adds must land after ours.
+        const long long t_complete = tracer.start();
         bulk_wait_group_all();
+        tracer.stop(kTraceWriterComplete, t_complete);
         if (deterministic) {
+          const long long t_release = tracer.start();
           fence_async_global();
           red_release_gpu_add(sem, 1);
+          tracer.stop(kTraceWriterRelease, t_release);
         }
       }
-      tracer.stop(kTraceWriterWaitReduce, t_reduce);
       __syncwarp();
     }
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);

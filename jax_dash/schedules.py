@@ -539,7 +539,7 @@ class FetchResult:
 
 def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
                    cost: CostModel = CostModel(), early: str = "never",
-                   setup: float = 0.0) -> FetchResult:
+                   setup: float = 0.0, release: float = 0.0) -> FetchResult:
     """The in-order fetch of ``simulate``, node by node, with an optional **early fetch** (stage S4
     of the kernel plan): a worker takes its next item as soon as the compute of its current item's
     last step is done (the rest of that item is the dQ writer's tail: the last ticket wait and
@@ -557,12 +557,21 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
     Nodes finish at max(previous node + compute, ticket predecessor) + reduce, as in
     ``simulate``; runnable nodes commit in time order (ties: smaller item first, then a fetch
     before a node of the same item). Nothing runnable while items remain: a deadlock.
+
+    ``release``: an **asynchronous ticket release** (a releaser warp beside the dQ writer). A node's
+    add completes at max(previous node's completion + compute, ticket predecessor's release) +
+    reduce; its ticket is released ``release`` later by a serial releaser (after the previous
+    node's release), and the writer goes on to the next node's ticket from the completion, not the
+    release. ``finish`` holds the releases (what successors wait on); an item is done, and its
+    worker fetches, at its last release. 0 (the default) is the synchronous writer.
     A simple event simulation for deadlock sweeps on small problems (``simulate`` is the fast one).
     """
     if early not in EARLY_FETCH_MODES:
         raise ValueError(f"early={early!r} must be one of {EARLY_FETCH_MODES}")
     if not (math.isfinite(setup) and setup >= 0):
         raise ValueError(f"setup={setup!r} must be a finite number >= 0")
+    if not (math.isfinite(release) and release >= 0):
+        raise ValueError(f"release={release!r} must be a finite number >= 0")
     p = dag.problem
     workers = p.wave if workers is None else int(workers)
     if workers < 1:
@@ -583,6 +592,7 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
         return not (same_head and wave_first[candidate % per_head] == wave_first[g % per_head])
 
     finish = np.full((num_items, max_steps), np.nan)
+    complete = np.full((num_items, max_steps), np.nan)  # the adds (== finish when release == 0)
     start = np.full(num_items, np.nan)
     taken_at = np.full(num_items, np.nan)
     nxt = [0] * num_items
@@ -594,7 +604,7 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
 
     def offer(g):
         s = nxt[g]
-        before = max(start[g], taken_at[g] + setup) if s == 0 else finish[g, s - 1]
+        before = max(start[g], taken_at[g] + setup) if s == 0 else complete[g, s - 1]
         if early != "never" and s == last_real[g]:
             heapq.heappush(heap, (before + compute[g, s], g, 0, 0))  # its math is done then
         pred = int(dag.pred[g, s])
@@ -621,14 +631,22 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
                 held[g] = take(time)
                 state["early"] += 1
             continue
-        s = nxt[g]
-        finish[g, s] = time
-        nxt[g] += 1
-        for h in waiting.pop(g * max_steps + s, []):
-            offer(h)
-        if nxt[g] < max_steps:
-            offer(g)
-            continue
+        if kind == 1:
+            s = nxt[g]
+            complete[g, s] = time
+            # (the padding past an item's length releases nothing)
+            lag = release if s < dag.length[g] else 0.0
+            finish[g, s] = time if release == 0 else \
+                max(time, finish[g, s - 1] if s > 0 else -np.inf) + lag
+            nxt[g] += 1
+            for h in waiting.pop(g * max_steps + s, []):
+                offer(h)
+            if nxt[g] < max_steps:
+                offer(g)
+                continue
+            if release > 0:  # done at its last release
+                heapq.heappush(heap, (finish[g, s], g, 2, 0))
+                continue
         # g is complete: its worker starts the item it fetched early, or fetches now.
         h = held.pop(g, None)
         if h is None and state["taken"] < num_items:

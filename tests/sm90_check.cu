@@ -9,11 +9,13 @@
 //                                  profiler; prints the mean time of each, and with the
 //                                  warp-specialized backward the per-role wait trace of one run
 //   jax_dash_sm90_check variants   the same bits from the kernel variants that promise them: the
-//                                  classic and the warp-specialized forward; the ws, ws-rs, ws-rs2
-//                                  backward (each the same cases, compared bitwise)
+//                                  classic and the warp-specialized forward; the ws, ws-rs,
+//                                  ws-rs2 and ws-rs-async backward (each the same cases,
+//                                  compared bitwise)
 //   jax_dash_sm90_check masks      the masked kernel instantiations (window, lengths, segment
 //                                  ids, soft cap; issue 13) against the fp64 reference
-//   JAX_DASH_SM90_BWD=ws-rs|ws-rs2|ws|classic  the backward main kernel (default ws-rs; launch.h)
+//   JAX_DASH_SM90_BWD=ws-rs|ws-rs2|ws-rs-async|ws|classic  the backward main kernel (default
+//                                  ws-rs; launch.h)
 //   JAX_DASH_SM90_FWD=ws|classic        the forward kernel (default ws)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
@@ -528,11 +530,13 @@ int variants(const Case* cases, size_t n) {
                                                           f0.lse.size() * sizeof(float)) == 0;
     const Outputs b0 = run_with(c, "JAX_DASH_SM90_BWD", "ws"),
                   b1 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs"),
-                  b2 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs2");
+                  b2 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs2"),
+                  b3 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs-async");
     const bool bwd_same = b0.dq == b1.dq && b0.dk == b1.dk && b0.dv == b1.dv &&
-                          b2.dq == b1.dq && b2.dk == b1.dk && b2.dv == b1.dv;
+                          b2.dq == b1.dq && b2.dk == b1.dk && b2.dv == b1.dv &&
+                          b3.dq == b1.dq && b3.dk == b1.dk && b3.dv == b1.dv;
     std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward classic == ws: %s; "
-                "backward ws == ws-rs == ws-rs2: %s\n",
+                "backward ws == ws-rs == ws-rs2 == ws-rs-async: %s\n",
                 i, static_cast<long long>(c.seq_q), static_cast<long long>(c.seq_kv), c.head_dim,
                 c.causal ? "causal" : "full", schedule_name(c.schedule),
                 fwd_same ? "same bits" : "DIFFER", bwd_same ? "same bits" : "DIFFER");

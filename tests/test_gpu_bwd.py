@@ -243,24 +243,28 @@ def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
 @pytest.mark.parametrize("shape, is_causal", [((1, 1000, 1000, 4, 2, 128), True),
                                                ((2, 777, 1500, 4, 4, 64), False),
                                                ((1, 200_000, 200, 1, 1, 128), False)])
-@pytest.mark.parametrize("schedule", ["descending", "symmetric_shift", "shift"])
-def test_two_dq_buffers_give_the_bits_of_one(monkeypatch, shape, is_causal, schedule):
+@pytest.mark.parametrize("schedule", ["descending", "symmetric_shift", "shift", "atomic"])
+@pytest.mark.parametrize("variant", ["ws-rs2", "ws-rs-async"])
+def test_variants_give_the_bits_of_ws_rs(monkeypatch, variant, shape, is_causal, schedule):
     """JAX_DASH_SM90_BWD=ws-rs2 (two dQ buffers between the math warpgroups and the dQ writer)
-    only lets the math run further ahead of the writer: same tickets, same adds, the bits of ws-rs
-    (which has one buffer at head_dim 128 and two at 64; the driver's `variants` mode compares it
-    with `ws`, one buffer, at 64). At 200k query tokens (head_dim 128) its tables do not fit and it
-    runs ws-rs itself."""
+    only lets the math run further ahead of the writer; ws-rs-async only moves the ticket releases
+    from the writer to a releaser warp: same tickets, same adds, the bits of ws-rs (which has one
+    dQ buffer at head_dim 128 and two at 64; the driver's `variants` mode compares ws-rs2 with `ws`,
+    one buffer, at 64). At 200k query tokens (head_dim 128) ws-rs2's tables do not fit and it runs
+    ws-rs itself. `atomic` races: there only the accuracy is checked."""
     q, k, v, dout, out, lse, scale = _gpu_inputs(9, *shape, jnp.bfloat16, is_causal)
     out = out.astype(q.dtype)
     grads = {}
-    for name in ("ws-rs", "ws-rs2"):
+    for name in ("ws-rs", variant):
         monkeypatch.setenv("JAX_DASH_SM90_BWD", name)
         grads[name] = _bwd_fn(scale, is_causal, schedule)(q, k, v, out, lse, dout)
         jax.block_until_ready(grads[name])
-    for name, a, b in zip(("dq", "dk", "dv"), grads["ws-rs"], grads["ws-rs2"]):
-        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), name
-    _check_against_reference(q, k, v, dout, out, lse, scale, is_causal, grads["ws-rs2"],
-                             tag=f"ws-rs2 {shape}")
+    if schedule != "atomic":
+        for name, a, b in zip(("dq", "dk", "dv"), grads["ws-rs"], grads[variant]):
+            assert np.array_equal(np.asarray(a).view(np.uint16),
+                                  np.asarray(b).view(np.uint16)), name
+    _check_against_reference(q, k, v, dout, out, lse, scale, is_causal, grads[variant],
+                             tag=f"{variant} {shape}")
 
 
 @pytest.mark.parametrize("var,value", [("JAX_DASH_SM90_BWD", "fast"),

@@ -35,6 +35,8 @@ using bwd::WsTraits;
 // buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs. At
 // head_dim 64 ws-rs itself has two (measured 5.5-6.5% fewer cycles per step on an H100 at 2k-16k,
 // benchmarks/results/perf-notes.md); at head_dim 128 one (two measured 0.4-1.6% slower).
+// "ws-rs-async" is ws-rs whose ticket releases (the GPU-scope fence and add) are made by a releaser
+// warp instead of the dQ writer (same tickets, same adds, same bits; docs/determinism.md).
 // A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's
 // masked instantiation (kMask); the other kernels do not carry the mask policy.
 enum class BwdKernel {
@@ -42,6 +44,7 @@ enum class BwdKernel {
   kWarpSpecialized,
   kWarpSpecializedRs,
   kWarpSpecializedRs2,
+  kWarpSpecializedRsAsync,
   kWarpSpecializedRsMask,
   kInvalid
 };
@@ -52,6 +55,7 @@ BwdKernel requested_bwd_kernel() {
   }
   if (std::strcmp(v, "ws") == 0) return BwdKernel::kWarpSpecialized;
   if (std::strcmp(v, "ws-rs2") == 0) return BwdKernel::kWarpSpecializedRs2;
+  if (std::strcmp(v, "ws-rs-async") == 0) return BwdKernel::kWarpSpecializedRsAsync;
   if (std::strcmp(v, "classic") == 0) return BwdKernel::kClassic;
   return BwdKernel::kInvalid;
 }
@@ -61,6 +65,8 @@ template <class Element, int kHeadDim>
 using WsRsTraits = WsTraits<Element, kHeadDim, true, false, kHeadDim == 64 ? 2 : 1>;
 template <class Element, int kHeadDim>
 using WsRs2Traits = WsTraits<Element, kHeadDim, true, false, 2>;
+template <class Element, int kHeadDim>
+using WsRsAsyncTraits = WsTraits<Element, kHeadDim, true, false, kHeadDim == 64 ? 2 : 1, true>;
 template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true, true>;
 
@@ -120,13 +126,13 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   BwdKernel k = requested_bwd_kernel();
   bool fits = true;
   auto check = [&](auto traits) { fits = fits_shared_memory<decltype(traits)>(p); };
-  if (needs_masked_kernels(p) && k == BwdKernel::kWarpSpecializedRs2) {
-    k = BwdKernel::kWarpSpecializedRs;  // the masked kernel has one dQ buffer
+  if (needs_masked_kernels(p) &&
+      (k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync)) {
+    k = BwdKernel::kWarpSpecializedRs;  // the masked kernel is plain ws-rs
   }
-  if (k == BwdKernel::kWarpSpecializedRs2) {
-    dispatch_traits<WsRs2Traits>(p, check);
-    if (!fits) k = BwdKernel::kWarpSpecializedRs;  // its smaller tables (fits is rechecked below)
-  }
+  if (k == BwdKernel::kWarpSpecializedRs2) dispatch_traits<WsRs2Traits>(p, check);
+  if (k == BwdKernel::kWarpSpecializedRsAsync) dispatch_traits<WsRsAsyncTraits>(p, check);
+  if (!fits) k = BwdKernel::kWarpSpecializedRs;  // its tables (fits is rechecked below)
   fits = true;
   if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
   if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
@@ -146,6 +152,7 @@ bool dispatch(const AttentionParams& p, F&& f) {
     case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs2: return dispatch_traits<WsRs2Traits>(p, f);
+    case BwdKernel::kWarpSpecializedRsAsync: return dispatch_traits<WsRsAsyncTraits>(p, f);
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
@@ -328,13 +335,15 @@ int bwd_trace_slots() { return bwd::kWsTraceSlots; }
 bool bwd_uses_warp_specialized(const AttentionParams& p) {
   const BwdKernel k = bwd_kernel(p);
   return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
-         k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsMask;
+         k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync ||
+         k == BwdKernel::kWarpSpecializedRsMask;
 }
 
 std::string kernel_selection_error() {
   if (requested_bwd_kernel() == BwdKernel::kInvalid) {
     return std::string("jax_dash: JAX_DASH_SM90_BWD='") + std::getenv("JAX_DASH_SM90_BWD") +
-           "' names no backward kernel; use ws-rs (the default), ws-rs2, ws or classic";
+           "' names no backward kernel; use ws-rs (the default), ws-rs2, ws-rs-async, ws or "
+           "classic";
   }
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +

@@ -11,7 +11,10 @@
 //             asynchronous reduction, frees the buffer once it has been read (dQEmpty), waits for
 //             the reduction to complete in global memory, then releases the ticket. With two dQ
 //             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.
-//     warps 2-3 exit.
+//     warp 2  RELEASER (kAsyncRelease, "ws-rs-async" only): releases the tickets of the steps whose
+//             reductions the writer found complete, in visit order, one GPU-scope fence for all
+//             it finds ready, so the writer never waits for that fence; otherwise exits.
+//     warp 3  exits.
 //   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit.
 //
@@ -113,13 +116,16 @@ struct WsTracer {
 // kdQStages: dQ buffers between the math warpgroups and the writer (1, or 2 for "ws-rs2": the math
 // may then run two steps ahead of the writer; the second buffer's 32 KB come from the dS^T double
 // buffer, see kdSStages).
-template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false, int kdQStages_ = 1>
+// kAsyncRelease: the ticket releases move from the writer to a releaser warp ("ws-rs-async").
+template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false, int kdQStages_ = 1,
+          bool kAsyncRelease_ = false>
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
   static constexpr bool kRsdKV = kRsdKV_;
   static constexpr bool kMask = kMask_;
   static constexpr int kdQStages = kdQStages_;
+  static constexpr bool kAsyncRelease = kAsyncRelease_;
   static_assert(kdQStages == 1 || kdQStages == 2, "one or two dQ buffers");
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -128,7 +134,8 @@ struct WsTraits {
   static constexpr int kMathThreads = Base::kThreads;  // two warpgroups
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
-  static constexpr int kUnitThreads = 64 + kMathThreads;  // producer + writer warps + math
+  // producer + writer (+ releaser) warps + math
+  static constexpr int kUnitThreads = (kAsyncRelease ? 96 : 64) + kMathThreads;
   static constexpr int kdQThreads = 32 + kMathThreads;    // writer warp + math
   static constexpr int kServiceRegisters = 24;
   static constexpr int kMathRegisters = 240;
@@ -180,6 +187,7 @@ struct WsTraits {
     int64_t unit_item;  // global item of the current unit (>= total_items: no more work)
     int32_t unit_kv;    // index of the unit's KV tile within its item
     int32_t unit_num_steps;
+    int32_t reduced_steps;  // kAsyncRelease: steps whose reduction the writer saw complete (ever)
     unsigned long long trace[kWsTraceSlots];
   };
   static constexpr int kSmemAlign = 1024;
@@ -361,6 +369,7 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   float* dq_accum = p.workspace_f32 + ws.dq_accum;
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+  int32_t reduced = 0;  // kAsyncRelease: the leader's count behind smem.reduced_steps
 
   WsUnit u;
   while (published_unit(P, smem, &u)) {
@@ -406,7 +415,12 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
         if (deterministic) {
           const long long t_release = tracer.start();
           fence_async_global();
-          red_release_gpu_add(sem, 1);
+          if constexpr (Traits::kAsyncRelease) {
+            // Hand the release to the releaser warp (CTA-scope release; it releases at GPU scope).
+            st_release_cta_shared(&smem.reduced_steps, ++reduced);
+          } else {
+            red_release_gpu_add(sem, 1);
+          }
           tracer.stop(kTraceWriterRelease, t_release);
         }
       }
@@ -415,6 +429,45 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   }
   if (leader) bulk_wait_group_all();
+}
+
+// ---- ticket releaser warp (kAsyncRelease) -------------------------------------------------------
+// Follows the writer in visit order: once the writer has published that step s's reduction is
+// complete (smem.reduced_steps, a CTA-scope release after its proxy fence), releases tile m_s's
+// ticket. All the steps found ready share one fence.acq_rel.gpu (a release pattern with each
+// relaxed add after it). It waits only on the writer's completions, never on a ticket, and joins
+// the unit barrier after its last release, so a unit still ends only once all its tickets are
+// released (the one-item-at-a-time fetch of cuda/schedule.h's argument).
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_releaser(const WsParams<Traits>& P, Storage& smem,
+                                            const int32_t* visit_m) {
+  const bool deterministic = P.sp.schedule != Schedule::kAtomic;
+  const bool leader = cute::elect_one_sync();
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(P.p.batch, P.p.seq_q, P.p.seq_kv,
+                                                     P.p.num_heads, P.p.num_kv_heads,
+                                                     P.p.head_dim);
+  int32_t* dq_sem = P.p.workspace_i32 + ws.dq_semaphore;
+  int32_t released = 0;  // steps released so far (all units), as smem.reduced_steps counts them
+  WsUnit u;
+  while (published_unit(P, smem, &u)) {
+    if (deterministic && leader) {
+      int32_t* head_sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles;
+      const int32_t unit_base = released;
+      while (released < unit_base + u.num_steps) {
+        int32_t ready = ld_acquire_cta_shared(&smem.reduced_steps);
+        while (ready == released) {
+          __nanosleep(20);
+          ready = ld_acquire_cta_shared(&smem.reduced_steps);
+        }
+        fence_acq_rel_gpu();
+        for (; released < ready; ++released) {
+          red_relaxed_gpu_add(head_sem + visit_m[released - unit_base], 1);
+        }
+      }
+    }
+    __syncwarp();
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
+  }
 }
 
 // ---- math warpgroups ----------------------------------------------------------------------------
@@ -731,6 +784,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warp = cutlass::canonical_warp_idx_sync();
   if (threadIdx.x == 0) {
     for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
+    smem.reduced_steps = 0;
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
@@ -750,6 +804,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_registers_decrease<Traits::kServiceRegisters>();
     if (warp == 0) ws_producer<Traits>(P, smem, visit_m);
     else if (warp == 1) ws_dq_writer<Traits>(P, smem, visit_m, visit_ticket);
+    else if (warp == 2 && Traits::kAsyncRelease) ws_releaser<Traits>(P, smem, visit_m);
   } else {
     warpgroup_registers_increase<Traits::kMathRegisters>();
     ws_math<Traits>(P, smem, visit_m, visit_ticket);

@@ -113,13 +113,63 @@ def default_mask_arrays(q, k):
             jnp.zeros((batch, seq_q), jnp.int32), jnp.zeros((batch, seq_kv), jnp.int32))
 
 
+# ---- head dims the Hopper kernels do not have -----------------------------------------------------
+# The Hopper kernels are compiled for head_dim 64 and 128. A smaller multiple of 8 runs them on
+# operands zero-padded along head_dim (on "cuda" only, chosen at lowering by
+# lax.platform_dependent; the CPU kernels take every multiple of 8 up to 256 as it is): the zero
+# columns add exact zeros to every Q.K dot product and to dO.O, and produce zero output and gradient
+# columns, which are sliced off. So the result is the attention of the unpadded operands, computed
+# at the wider head_dim (a cost of up to 2x at head_dim 32, 1.33x at 96). The scale is the caller's
+# (1 / sqrt of the unpadded head_dim by default), never the padded width's.
+PAD_PLATFORMS = ("cuda",)
+
+
+def hopper_head_dim(head_dim: int) -> int:
+    """The head_dim the Hopper kernels run a call of ``head_dim`` at: 64 or 128 (the next of
+    them), or ``head_dim`` itself above 128 (which the GPU handler refuses)."""
+    if head_dim <= 64:
+        return 64
+    if head_dim <= 128:
+        return 128
+    return head_dim
+
+
+def _pad_head_dim(x, width):
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
+
+
+def _padded_on_gpu(native, padded, *operands):
+    """``native(*operands)`` on every platform but those of PAD_PLATFORMS, where ``padded``."""
+    return jax.lax.platform_dependent(*operands, default=native,
+                                      **{platform: padded for platform in PAD_PLATFORMS})
+
+
 def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mask_arrays=None):
     """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` (a number
     or a 0-d array) is passed as a 0-d float32 operand, not an attribute, so a new scale reuses
     the compiled call. ``mask_arrays``: ``(q_seq_lengths [B], kv_seq_lengths [B],
-    q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32, or None for none."""
+    q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32, or None for none. A head_dim the
+    Hopper kernels lack runs them zero-padded on the GPU (``hopper_head_dim``)."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
+    scale = jnp.asarray(scale, jnp.float32)
+    head_dim = q.shape[-1]
+    width = hopper_head_dim(head_dim)
+    if width == head_dim:
+        return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
+
+    def native(q, k, v, scale, *mask_arrays):
+        return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
+
+    def padded(q, k, v, scale, *mask_arrays):
+        out, lse = _fwd_call(_pad_head_dim(q, width), _pad_head_dim(k, width),
+                             _pad_head_dim(v, width), scale, is_causal, mask, mask_arrays)
+        return out[..., :head_dim], lse
+
+    return _padded_on_gpu(native, padded, q, k, v, scale, *mask_arrays)
+
+
+def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays):
     q, k, v, scale, *mask_arrays = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
                                                   *mask_arrays)
     batch, seq_q, num_heads, _ = q.shape
@@ -136,9 +186,32 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` and
     ``mask_arrays`` as in ``fwd_call``.
 
-    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators)."""
+    ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators). A head_dim
+    the Hopper kernels lack runs them zero-padded on the GPU, as in ``fwd_call``."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
+    scale = jnp.asarray(scale, jnp.float32)
+    head_dim = q.shape[-1]
+    width = hopper_head_dim(head_dim)
+    if width == head_dim:
+        return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
+                         mask_arrays)
+
+    def native(q, k, v, out, lse, dout, scale, *mask_arrays):
+        return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
+                         mask_arrays)
+
+    def padded(q, k, v, out, lse, dout, scale, *mask_arrays):
+        grads = _bwd_call(*(_pad_head_dim(x, width) for x in (q, k, v, out)), lse,
+                          _pad_head_dim(dout, width), scale, is_causal, schedule, f32_grads, mask,
+                          mask_arrays)
+        return tuple(g[..., :head_dim] for g in grads)
+
+    return _padded_on_gpu(native, padded, q, k, v, out, lse, dout, scale, *mask_arrays)
+
+
+def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
+              mask_arrays):
     q, k, v, out, lse, dout, scale, *mask_arrays = _unify_varying(
         q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays)
     batch, seq_q, num_heads, head_dim = q.shape

@@ -96,7 +96,8 @@ class DemoConfig:
 def default_config(backend: str | None = None, **overrides) -> DemoConfig:
     """Defaults per backend: under a minute on an idle 2-core CPU; a bigger bf16 model on a GPU.
 
-    The GPU kernels take bf16/fp16 and head_dim 64 or 128, so the GPU default uses those.
+    The GPU kernels take bf16/fp16 and run head_dim 64 and 128 natively, so the GPU default uses
+    those.
     """
     backend = backend or jax.default_backend()
     if backend == "gpu":
@@ -427,7 +428,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--layers", type=int, help="transformer layers")
     parser.add_argument("--heads", type=int, help="attention heads")
     parser.add_argument("--head-dim", type=int,
-                        help="head dimension (CPU: a multiple of 8 up to 256; GPU: 64 or 128)")
+                        help="head dimension (CPU: a multiple of 8 up to 256; GPU: up to 128)")
     parser.add_argument("--batch", type=int, help="sequences per step")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES,
                         help="compute dtype (GPU kernels: bfloat16 or float16)")

@@ -78,11 +78,12 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
         "jax_dash: on GPU query/key/value must be bfloat16 or float16 (float32 runs on the CPU "
         "only); cast the inputs");
   }
+  // Smaller head dims reach here zero-padded to 64 or 128 (jax_dash/_ffi.py hopper_head_dim).
   if (p.head_dim != 64 && p.head_dim != 128) {
     return ffi::Error::InvalidArgument(
-        "jax_dash: the Hopper kernels support head_dim 64 or 128, got " +
-        std::to_string(p.head_dim) + "; head_dim " + std::to_string(p.head_dim) +
-        " runs on CPU today (GPU support: issue 13)");
+        "jax_dash: the Hopper kernels support head_dim up to 128 (64 and 128, smaller ones "
+        "zero-padded to them), got " + std::to_string(p.head_dim) + "; head_dim " +
+        std::to_string(p.head_dim) + " runs on CPU today (GPU support: issue 13)");
   }
   if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
     return ffi::Error::InvalidArgument("jax_dash: batch and sequence lengths must be < 2^31");

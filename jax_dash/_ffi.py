@@ -113,7 +113,7 @@ def default_mask_arrays(q, k):
             jnp.zeros((batch, seq_q), jnp.int32), jnp.zeros((batch, seq_kv), jnp.int32))
 
 
-# ---- head dims the Hopper kernels do not have -----------------------------------------------------
+# ---- head dims the Hopper kernels do not have -------------------------------------------------
 # The Hopper kernels are compiled for head_dim 64 and 128. A smaller multiple of 8 runs them on
 # operands zero-padded along head_dim (on "cuda" only, chosen at lowering by
 # lax.platform_dependent; the CPU kernels take every multiple of 8 up to 256 as it is): the zero

@@ -95,10 +95,11 @@ __device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t tic
 __device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
 }
-// The pieces of a release pattern that covers several writes with one fence: fence.acq_rel.gpu,
-// then relaxed strong adds (PTX memory model: a fence.acq_rel followed by a strong write).
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+// The pieces of a release pattern that covers several writes with one fence: fence.release.gpu,
+// then relaxed strong adds (PTX memory model: a release fence followed by a strong write). In
+// SASS a MEMBAR.ALL.GPU without the L1 invalidate that fence.acq_rel adds.
+__device__ __forceinline__ void fence_release_gpu() {
+  asm volatile("fence.release.gpu;" ::: "memory");
 }
 __device__ __forceinline__ void red_relaxed_gpu_add(int32_t* ptr, int32_t v) {
   asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");

@@ -135,7 +135,11 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   if (!fits) k = BwdKernel::kWarpSpecializedRs;  // its tables (fits is rechecked below)
   fits = true;
   if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
-  if (k == BwdKernel::kWarpSpecializedRs) dispatch_traits<WsRsTraits>(p, check);
+  if (k == BwdKernel::kWarpSpecializedRs) {
+    // the masked kernel has its own shared-memory layout (one dQ buffer, two dS^T buffers)
+    if (needs_masked_kernels(p)) dispatch_traits<WsRsMaskTraits>(p, check);
+    else dispatch_traits<WsRsTraits>(p, check);
+  }
   if (!fits) k = BwdKernel::kClassic;
   if (needs_masked_kernels(p)) {
     return k == BwdKernel::kWarpSpecializedRs ? BwdKernel::kWarpSpecializedRsMask

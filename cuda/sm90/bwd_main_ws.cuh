@@ -9,7 +9,8 @@
 //     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
 //             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
 //             asynchronous reduction, frees the buffer once it has been read (dQEmpty), waits for
-//             the reduction to complete in global memory, then releases the ticket. With two dQ
+//             the reduction to complete in global memory, then releases the ticket (with
+//             kAsyncRelease: publishes the completion to the releaser warp instead). With two dQ
 //             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.
 //     warp 2  RELEASER (kAsyncRelease, "ws-rs-async" only): releases the tickets of the steps whose
 //             reductions the writer found complete, in visit order, one GPU-scope fence for all
@@ -20,9 +21,11 @@
 //
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
-// previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
-// at a time, exactly as in bwd_main.cuh, so the deadlock argument of cuda/schedule.h applies
-// unchanged. Inside a CTA every wait points to an earlier step of the same unit.
+// previous unit (the last ticket release, by the writer or with kAsyncRelease by the releaser, and
+// the math epilogue included): one item per CTA at a time, exactly as in bwd_main.cuh, so the
+// deadlock argument of cuda/schedule.h applies unchanged. Inside a CTA every wait points to an
+// earlier step of the same unit, or (the releaser on the writer) to an earlier event of the same
+// step.
 //
 // dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
 // accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
@@ -434,8 +437,8 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
 // ---- ticket releaser warp (kAsyncRelease) -------------------------------------------------------
 // Follows the writer in visit order: once the writer has published that step s's reduction is
 // complete (smem.reduced_steps, a CTA-scope release after its proxy fence), releases tile m_s's
-// ticket. All the steps found ready share one fence.acq_rel.gpu (a release pattern with each
-// relaxed add after it). It waits only on the writer's completions, never on a ticket, and joins
+// ticket. All the steps found ready share one fence.release.gpu (a release pattern with each
+// relaxed add after it; the acquire side is the ld.acquire.cta of the counter). It waits only on the writer's completions, never on a ticket, and joins
 // the unit barrier after its last release, so a unit still ends only once all its tickets are
 // released (the one-item-at-a-time fetch of cuda/schedule.h's argument).
 template <class Traits, class Storage>
@@ -459,7 +462,7 @@ __device__ __forceinline__ void ws_releaser(const WsParams<Traits>& P, Storage& 
           __nanosleep(20);
           ready = ld_acquire_cta_shared(&smem.reduced_steps);
         }
-        fence_acq_rel_gpu();
+        fence_release_gpu();
         for (; released < ready; ++released) {
           red_relaxed_gpu_add(head_sem + visit_m[released - unit_base], 1);
         }

@@ -15,8 +15,9 @@ namespace jax_dash::sm90 {
 //                      warpgroups; classic: the first kernel. Both give the same bits.
 //   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
 //                      registers; ws: the same with every product from shared memory; classic:
-//                      bwd_main.cuh. ws and ws-rs give the same bits, classic another version. A
-//                      query too long for the warp-specialized kernel's shared memory runs classic.
+//                      bwd_main.cuh; ws-rs2 (two dQ buffers), ws-rs-async (releaser warp). The
+//                      warp-specialized ones give the same bits, classic another version. A query
+//                      too long for the warp-specialized kernel's shared memory runs classic.
 // kernel_selection_error(): empty if both variables are valid, else a message naming the variable
 // and the values allowed (the handlers return it before enqueuing anything).
 std::string kernel_selection_error();

@@ -706,31 +706,41 @@ def test_hidden_pairs_shape_is_checked():
 EARLY_SWEEP_WAVES = (1, 2, 3, 4, 5, 7, 8, 11, 13, 31)
 
 
-@pytest.mark.parametrize("shape", SWEEP_SHAPES[:6], ids=lambda s: "x".join(map(str, s)))
-def test_early_fetch_never_deadlocks(shape):
-    """The early-fetch rule (shared/KERNEL_PLAN.md 4.4; "safe"): every schedule, both masks, waves
-    below and above a head's items, one and a few extra workers, with and without a per-item setup
-    cost: every step runs, every ticket edge is honoured, items are taken in order, none starts
-    before it was taken, and a worker holds at most two items."""
+def _fetch_sweep(shape):
+    """(dag, wave, causal) over the deadlock sweep: both masks, EARLY_SWEEP_WAVES, every schedule."""
     seq_q, seq_kv, block_m, block_n, heads, batch, kv_heads = shape
     for causal in (False, True):
         for wave in EARLY_SWEEP_WAVES:
             p = problem(seq_q, seq_kv, causal=causal, wave=wave, heads=heads, batch=batch,
                         kv_heads=kv_heads, block_m=block_m, block_n=block_n)
             for name in ALL:
-                dag = schedules.build_dag(name, p)
-                for workers, setup in ((wave, 0.0), (wave + 2, 1.5)):
-                    r = schedules.simulate_fetch(dag, workers=workers, early="safe", setup=setup)
-                    assert not r.deadlocked, (name, wave, workers, shape, causal)
-                    assert not np.isnan(r.finish[dag.kv_tile >= 0]).any()
-                    edges = dag.ticket_edges()
-                    flat = r.finish.reshape(-1)
-                    assert (flat[edges[:, 0]] < flat[edges[:, 1]]).all()
-                    assert (np.diff(r.taken) >= 0).all() and (r.taken <= r.start).all()
-                    ends = r.finish[:, -1]
-                    held = (r.taken[None, :] <= r.taken[:, None]) & \
-                        (ends[None, :] > r.taken[:, None])
-                    assert held.sum(axis=1).max() <= 2 * workers
+                yield schedules.build_dag(name, p), wave, causal
+
+
+def _check_fetch_run(r, dag, context):
+    """No deadlock, every step run, every ticket edge honoured (a node's finish, its release,
+    after its predecessor's), items taken in order and none started before it was taken."""
+    assert not r.deadlocked, context
+    assert not np.isnan(r.finish[dag.kv_tile >= 0]).any(), context
+    edges = dag.ticket_edges()
+    flat = r.finish.reshape(-1)
+    assert (flat[edges[:, 0]] < flat[edges[:, 1]]).all(), context
+    assert (np.diff(r.taken) >= 0).all() and (r.taken <= r.start).all(), context
+
+
+@pytest.mark.parametrize("shape", SWEEP_SHAPES[:6], ids=lambda s: "x".join(map(str, s)))
+def test_early_fetch_never_deadlocks(shape):
+    """The early-fetch rule (shared/KERNEL_PLAN.md 4.4; "safe"): every schedule, both masks, waves
+    below and above a head's items, one and a few extra workers, with and without a per-item setup
+    cost: every step runs, every ticket edge is honoured, items are taken in order, none starts
+    before it was taken, and a worker holds at most two items."""
+    for dag, wave, causal in _fetch_sweep(shape):
+        for workers, setup in ((wave, 0.0), (wave + 2, 1.5)):
+            r = schedules.simulate_fetch(dag, workers=workers, early="safe", setup=setup)
+            _check_fetch_run(r, dag, (dag.schedule, wave, workers, shape, causal))
+            ends = r.finish[:, -1]
+            held = (r.taken[None, :] <= r.taken[:, None]) & (ends[None, :] > r.taken[:, None])
+            assert held.sum(axis=1).max() <= 2 * workers
 
 
 def test_early_fetch_hides_at_most_the_tail():
@@ -754,24 +764,12 @@ def test_early_fetch_hides_at_most_the_tail():
 def test_asynchronous_release_never_deadlocks(shape):
     """A releaser warp beside the dQ writer (the writer takes the next ticket once its add is
     complete, the release follows asynchronously, in order): every schedule, both masks, the
-    sweep's waves, with and without early fetch: every step runs, every ticket edge is honoured
-    (a successor's add completes after its predecessor's release), items are taken in order."""
-    seq_q, seq_kv, block_m, block_n, heads, batch, kv_heads = shape
-    for causal in (False, True):
-        for wave in EARLY_SWEEP_WAVES:
-            p = problem(seq_q, seq_kv, causal=causal, wave=wave, heads=heads, batch=batch,
-                        kv_heads=kv_heads, block_m=block_m, block_n=block_n)
-            for name in ALL:
-                dag = schedules.build_dag(name, p)
-                edges = dag.ticket_edges()
-                for workers, early, release in ((wave, "never", 0.4), (wave + 2, "safe", 2.0)):
-                    r = schedules.simulate_fetch(dag, workers=workers, early=early,
-                                                 release=release, setup=0.5)
-                    assert not r.deadlocked, (name, wave, workers, shape, causal, early)
-                    assert not np.isnan(r.finish[dag.kv_tile >= 0]).any()
-                    flat = r.finish.reshape(-1)
-                    assert (flat[edges[:, 0]] < flat[edges[:, 1]]).all()
-                    assert (np.diff(r.taken) >= 0).all() and (r.taken <= r.start).all()
+    sweep's waves, with and without early fetch: the checks of the early-fetch sweep."""
+    for dag, wave, causal in _fetch_sweep(shape):
+        for workers, early, release in ((wave, "never", 0.4), (wave + 2, "safe", 2.0)):
+            r = schedules.simulate_fetch(dag, workers=workers, early=early, release=release,
+                                         setup=0.5)
+            _check_fetch_run(r, dag, (dag.schedule, wave, workers, shape, causal, early))
 
 
 def test_asynchronous_release_takes_the_release_off_the_chain():

@@ -23,6 +23,8 @@
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
+#   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (issue 13's sliding-window and packed
+#             points; JSON to $OUT/mask_results.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULT=${OUT:-$PWD/device_out}
@@ -118,6 +120,11 @@ if has bench; then
   cp "$SCRATCH/bench/results.md" "$RESULT/bench_results.md" 2>/dev/null
   cp "$SCRATCH/bench/results.json" "$RESULT/bench_results.json" 2>/dev/null
 fi
+if has maskbench; then
+  stage maskbench 400 "$PY" benchmarks/bench_masks.py --cudnn ${MASKBENCH_ARGS:-} \
+    --out "$SCRATCH/mask_results.json"
+  cp "$SCRATCH/mask_results.json" "$RESULT/" 2>/dev/null
+fi
 tar czf "$RESULT/logs.tgz" -C "$SCRATCH" --exclude=wheel . 2>/dev/null
 echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git ${JAX_DASH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (device .git, may be stale)}) ===="
 printf '%s\n' "${summary[@]}"
@@ -131,5 +138,6 @@ for m in both unit handshake race; do
   f="$SCRATCH/probe_$m.log"
   [[ -f $f ]] && echo "probe $m: $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')" && cat "$SCRATCH/probe_${m}_pairs.txt"
 done
+[[ -f "$SCRATCH/maskbench.log" ]] && grep "TFLOP/s (visible work)" "$SCRATCH/maskbench.log"
 [[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
 exit 0

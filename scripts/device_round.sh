@@ -23,8 +23,8 @@
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
-#   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (issue 13's sliding-window and packed
-#             points; JSON to $OUT/mask_results.json)
+#   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (issue 13's sliding-window and
+#             packed points; JSON to $OUT/mask_results.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULT=${OUT:-$PWD/device_out}

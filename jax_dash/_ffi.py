@@ -138,8 +138,22 @@ def _pad_head_dim(x, width):
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
 
 
-def _padded_on_gpu(native, padded, *operands):
-    """``native(*operands)`` on every platform but those of PAD_PLATFORMS, where ``padded``."""
+def _at_hopper_head_dim(run, operands, pad, crop):
+    """``run(*operands)`` (a tuple of results); where the Hopper kernels lack the head_dim (that of
+    ``operands[0]``), on PAD_PLATFORMS with the operands at indices ``pad`` zero-padded along
+    head_dim to ``hopper_head_dim`` and the results at indices ``crop`` cut back to it."""
+    head_dim = operands[0].shape[-1]
+    width = hopper_head_dim(head_dim)
+    if width == head_dim:
+        return tuple(run(*operands))
+
+    def native(*ops):
+        return tuple(run(*ops))
+
+    def padded(*ops):
+        results = run(*(_pad_head_dim(x, width) if i in pad else x for i, x in enumerate(ops)))
+        return tuple(r[..., :head_dim] if i in crop else r for i, r in enumerate(results))
+
     return jax.lax.platform_dependent(*operands, default=native,
                                       **{platform: padded for platform in PAD_PLATFORMS})
 
@@ -152,21 +166,10 @@ def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mas
     Hopper kernels lack runs them zero-padded on the GPU (``hopper_head_dim``)."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
-    scale = jnp.asarray(scale, jnp.float32)
-    head_dim = q.shape[-1]
-    width = hopper_head_dim(head_dim)
-    if width == head_dim:
-        return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
-
-    def native(q, k, v, scale, *mask_arrays):
-        return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
-
-    def padded(q, k, v, scale, *mask_arrays):
-        out, lse = _fwd_call(_pad_head_dim(q, width), _pad_head_dim(k, width),
-                             _pad_head_dim(v, width), scale, is_causal, mask, mask_arrays)
-        return out[..., :head_dim], lse
-
-    return _padded_on_gpu(native, padded, q, k, v, scale, *mask_arrays)
+    return _at_hopper_head_dim(
+        lambda q, k, v, scale, *mask_arrays: _fwd_call(q, k, v, scale, is_causal, mask,
+                                                       mask_arrays),
+        (q, k, v, jnp.asarray(scale, jnp.float32), *mask_arrays), pad={0, 1, 2}, crop={0})
 
 
 def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays):
@@ -190,24 +193,11 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
     the Hopper kernels lack runs them zero-padded on the GPU, as in ``fwd_call``."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
-    scale = jnp.asarray(scale, jnp.float32)
-    head_dim = q.shape[-1]
-    width = hopper_head_dim(head_dim)
-    if width == head_dim:
-        return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-                         mask_arrays)
-
-    def native(q, k, v, out, lse, dout, scale, *mask_arrays):
-        return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-                         mask_arrays)
-
-    def padded(q, k, v, out, lse, dout, scale, *mask_arrays):
-        grads = _bwd_call(*(_pad_head_dim(x, width) for x in (q, k, v, out)), lse,
-                          _pad_head_dim(dout, width), scale, is_causal, schedule, f32_grads, mask,
-                          mask_arrays)
-        return tuple(g[..., :head_dim] for g in grads)
-
-    return _padded_on_gpu(native, padded, q, k, v, out, lse, dout, scale, *mask_arrays)
+    return _at_hopper_head_dim(
+        lambda q, k, v, out, lse, dout, scale, *mask_arrays: _bwd_call(
+            q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask, mask_arrays),
+        (q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays),
+        pad={0, 1, 2, 3, 5}, crop={0, 1, 2})
 
 
 def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,

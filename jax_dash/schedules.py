@@ -384,9 +384,7 @@ def simulate(dag: ScheduleDag, *, workers: int | None = None,
     positive step costs.
     """
     p = dag.problem
-    workers = p.wave if workers is None else int(workers)
-    if workers < 1:
-        raise ValueError(f"workers={workers} must be >= 1")
+    workers = _worker_count(p, workers)
     num_items, max_steps = dag.kind.shape
     compute, reduce = _cost_arrays(dag, cost)
     total = np.cumsum(compute + reduce, axis=1)  # S[s]: work up to and including step s
@@ -573,9 +571,7 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
     if not (math.isfinite(release) and release >= 0):
         raise ValueError(f"release={release!r} must be a finite number >= 0")
     p = dag.problem
-    workers = p.wave if workers is None else int(workers)
-    if workers < 1:
-        raise ValueError(f"workers={workers} must be >= 1")
+    workers = _worker_count(p, workers)
     num_items, max_steps = dag.kind.shape
     compute, reduce = _cost_arrays(dag, cost)
     per_head = max(dag.items_per_head, 1)
@@ -792,6 +788,14 @@ def plot_gantt(results: list[SimResult], dags: list[ScheduleDag], path: str, *,
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _worker_count(problem, workers):
+    """The simulators' worker count: the problem's wave, or ``workers`` (>= 1)."""
+    workers = problem.wave if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers={workers} must be >= 1")
+    return workers
 
 
 def _cost_arrays(dag, cost):

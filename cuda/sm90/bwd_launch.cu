@@ -119,40 +119,11 @@ bool fits_shared_memory(const AttentionParams& p) {
   return Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM)) <= max_smem;
 }
 
-// The main kernel this problem runs: the requested one (its masked instantiation for a call with
-// a mask beyond causal), or the classic kernel where a warp-specialized CTA would not fit (a long
-// query). A masked call that ends on a kernel without the mask policy gets kInvalid.
-BwdKernel bwd_kernel(const AttentionParams& p) {
-  BwdKernel k = requested_bwd_kernel();
-  bool fits = true;
-  auto check = [&](auto traits) { fits = fits_shared_memory<decltype(traits)>(p); };
-  if (needs_masked_kernels(p) &&
-      (k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync)) {
-    k = BwdKernel::kWarpSpecializedRs;  // the masked kernel is plain ws-rs
-  }
-  if (k == BwdKernel::kWarpSpecializedRs2) dispatch_traits<WsRs2Traits>(p, check);
-  if (k == BwdKernel::kWarpSpecializedRsAsync) dispatch_traits<WsRsAsyncTraits>(p, check);
-  if (!fits) k = BwdKernel::kWarpSpecializedRs;  // its tables (fits is rechecked below)
-  fits = true;
-  if (k == BwdKernel::kWarpSpecialized) dispatch_traits<WsSsTraits>(p, check);
-  if (k == BwdKernel::kWarpSpecializedRs) {
-    // the masked kernel has its own shared-memory layout (one dQ buffer, two dS^T buffers)
-    if (needs_masked_kernels(p)) dispatch_traits<WsRsMaskTraits>(p, check);
-    else dispatch_traits<WsRsTraits>(p, check);
-  }
-  if (!fits) k = BwdKernel::kClassic;
-  if (needs_masked_kernels(p)) {
-    return k == BwdKernel::kWarpSpecializedRs ? BwdKernel::kWarpSpecializedRsMask
-                                              : BwdKernel::kInvalid;
-  }
-  return k;
-}
-
-// Calls f(traits-tag) for the main kernel this problem runs; false if there is none (an unknown
-// JAX_DASH_SM90_BWD, an unsupported dtype or head_dim).
+// Calls f(traits-tag) for kernel k's (dtype, head_dim) instantiation; false if there is none (an
+// unknown JAX_DASH_SM90_BWD, an unsupported dtype or head_dim).
 template <class F>
-bool dispatch(const AttentionParams& p, F&& f) {
-  switch (bwd_kernel(p)) {
+bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
+  switch (k) {
     case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs2: return dispatch_traits<WsRs2Traits>(p, f);
@@ -162,6 +133,38 @@ bool dispatch(const AttentionParams& p, F&& f) {
     case BwdKernel::kInvalid: break;
   }
   return false;
+}
+
+// The main kernel this problem runs: the requested one, where ws-rs2 and ws-rs-async fall back to
+// ws-rs (a masked call, or tables too large for this seq_q), ws-rs takes its masked instantiation
+// for a call with a mask beyond causal, and a warp-specialized kernel whose tables do not fit (a
+// long query) falls back to classic. A masked call that ends on a kernel without the mask policy
+// gets kInvalid.
+BwdKernel bwd_kernel(const AttentionParams& p) {
+  const bool masked = needs_masked_kernels(p);
+  auto fits = [&](BwdKernel kernel) {
+    bool ok = true;
+    dispatch_kernel(kernel, p, [&](auto traits) { ok = fits_shared_memory<decltype(traits)>(p); });
+    return ok;
+  };
+  BwdKernel k = requested_bwd_kernel();
+  if ((k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync) &&
+      (masked || !fits(k))) {
+    k = BwdKernel::kWarpSpecializedRs;
+  }
+  if (k == BwdKernel::kWarpSpecializedRs && masked) k = BwdKernel::kWarpSpecializedRsMask;
+  if ((k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
+       k == BwdKernel::kWarpSpecializedRsMask) && !fits(k)) {
+    k = BwdKernel::kClassic;
+  }
+  if (masked && k != BwdKernel::kWarpSpecializedRsMask) return BwdKernel::kInvalid;
+  return k;
+}
+
+// Calls f(traits-tag) for the main kernel this problem runs; false if there is none.
+template <class F>
+bool dispatch(const AttentionParams& p, F&& f) {
+  return dispatch_kernel(bwd_kernel(p), p, f);
 }
 
 // Resident CTAs of the main kernel for this problem (its smem grows with Nq); 0 if one CTA does not
@@ -338,9 +341,7 @@ int bwd_trace_slots() { return bwd::kWsTraceSlots; }
 
 bool bwd_uses_warp_specialized(const AttentionParams& p) {
   const BwdKernel k = bwd_kernel(p);
-  return k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
-         k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync ||
-         k == BwdKernel::kWarpSpecializedRsMask;
+  return k != BwdKernel::kClassic && k != BwdKernel::kInvalid;
 }
 
 std::string kernel_selection_error() {

@@ -438,9 +438,10 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
 // Follows the writer in visit order: once the writer has published that step s's reduction is
 // complete (smem.reduced_steps, a CTA-scope release after its proxy fence), releases tile m_s's
 // ticket. All the steps found ready share one fence.release.gpu (a release pattern with each
-// relaxed add after it; the acquire side is the ld.acquire.cta of the counter). It waits only on the writer's completions, never on a ticket, and joins
-// the unit barrier after its last release, so a unit still ends only once all its tickets are
-// released (the one-item-at-a-time fetch of cuda/schedule.h's argument).
+// relaxed add after it; the acquire side is the ld.acquire.cta of the counter). It waits only on
+// the writer's completions, never on a ticket, and joins the unit barrier after its last release,
+// so a unit still ends only once all its tickets are released (the one-item-at-a-time fetch of
+// cuda/schedule.h's argument).
 template <class Traits, class Storage>
 __device__ __forceinline__ void ws_releaser(const WsParams<Traits>& P, Storage& smem,
                                             const int32_t* visit_m) {

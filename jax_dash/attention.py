@@ -68,9 +68,9 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
 
     dtypes: bfloat16 and float16 on GPU (Hopper; head_dim up to 128: 64 and 128 natively, a
     smaller multiple of 8 zero-padded to the next of them; every mask argument); the CPU kernels
-    also take float32 and any head_dim that is a multiple of 8 up to 256. Inputs that are not JAX arrays
-    (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn`` does, so NumPy
-    float64 becomes float32 unless ``jax_enable_x64`` is on.
+    also take float32 and any head_dim that is a multiple of 8 up to 256. Inputs that are not
+    JAX arrays (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn``
+    does, so NumPy float64 becomes float32 unless ``jax_enable_x64`` is on.
 
     Differentiation: first-order reverse mode (``jax.grad``, ``jax.vjp``) only. Derivatives of the
     gradient and forward mode (``jax.jvp``, ``jax.jacfwd``) raise a ``TypeError`` saying so (forward

@@ -680,7 +680,16 @@ int main(int argc, char** argv) {
       {1, 800, 800, 2, 1, 128, true, Schedule::kDescending, bf16},
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
   };
-  if (compare_variants) return variants(cases, sizeof(cases) / sizeof(cases[0]));
+  if (compare_variants) {
+    // Plus cases with more query tiles than an H100 has SMs, so that the persistent forward's CTAs
+    // loop (512 tiles; 144 tiles: 12 CTAs take two, the rest one), with KV counts per tile odd and
+    // even (causal).
+    std::vector<Case> all(cases, cases + sizeof(cases) / sizeof(cases[0]));
+    all.push_back({2, 2048, 2048, 16, 16, 128, true, Schedule::kDescending, bf16});
+    all.push_back({3, 1000, 700, 6, 2, 64, false, Schedule::kShift, fp16});
+    all.push_back({2, 1500, 1500, 5, 5, 64, true, Schedule::kSymmetricShift, bf16});
+    return variants(all.data(), all.size());
+  }
   if (mask_cases) {
     // The masked kernel instantiations (issue 13): each part of the mask alone and together, both
     // head dims, partial tiles, GQA, and a schedule of each kind.

@@ -487,8 +487,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
       // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
       // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
-      // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.)
-      if constexpr (kWs) {
+      // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.
+      // kPersistent: not Q's barrier either, which can be two phases on once every warp has
+      // released this tile's Q (a parity wait would then block for good); V_{iter-1}'s stage,
+      // whose phase this warp waited for in issue_pv and which cannot move before this warp's
+      // v_empty release below.)
+      if constexpr (kPersistent) {
+        const int it = kv_base + iter - 1;
+        Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+      } else if constexpr (kWs) {
         Barrier::wait(&smem.bar_q, q_count & 1);
       } else {
         Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
@@ -597,7 +604,8 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   }
   int64_t grid = num_tiles;
   if constexpr (kPersistent) {
-    // One CTA per SM (the shared memory allows no second), each looping over its tiles.
+    // One CTA per SM (the registers of 384 threads at the math warps' 240 allow no second), each
+    // looping over its tiles.
     int device = 0, sms = 0;
     if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
     if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)

@@ -9,14 +9,14 @@
 //                                  profiler; prints the mean time of each, and with the
 //                                  warp-specialized backward the per-role wait trace of one run
 //   jax_dash_sm90_check variants   the same bits from the kernel variants that promise them: the
-//                                  classic and the warp-specialized forward; the ws, ws-rs,
+//                                  classic, ws and ws-persistent forward; the ws, ws-rs,
 //                                  ws-rs2 and ws-rs-async backward (each the same cases,
 //                                  compared bitwise)
 //   jax_dash_sm90_check masks      the masked kernel instantiations (window, lengths, segment
 //                                  ids, soft cap; issue 13) against the fp64 reference
 //   JAX_DASH_SM90_BWD=ws-rs|ws-rs2|ws-rs-async|ws|classic  the backward main kernel (default
 //                                  ws-rs; launch.h)
-//   JAX_DASH_SM90_FWD=ws|classic        the forward kernel (default ws)
+//   JAX_DASH_SM90_FWD=ws|ws-persistent|classic  the forward kernel (default ws)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
@@ -525,9 +525,13 @@ int variants(const Case* cases, size_t n) {
     const Case& c = cases[i];
     if (c.schedule == Schedule::kAtomic) continue;  // races: no bits to compare
     const Outputs f0 = run_with(c, "JAX_DASH_SM90_FWD", "classic"),
-                  f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws");
-    const bool fwd_same = f0.out == f1.out && std::memcmp(f0.lse.data(), f1.lse.data(),
-                                                          f0.lse.size() * sizeof(float)) == 0;
+                  f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws"),
+                  f2 = run_with(c, "JAX_DASH_SM90_FWD", "ws-persistent");
+    auto same_fwd = [&](const Outputs& a, const Outputs& b) {
+      return a.out == b.out &&
+             std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
+    };
+    const bool fwd_same = same_fwd(f0, f1) && same_fwd(f0, f2);
     const Outputs b0 = run_with(c, "JAX_DASH_SM90_BWD", "ws"),
                   b1 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs"),
                   b2 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs2"),
@@ -535,7 +539,8 @@ int variants(const Case* cases, size_t n) {
     const bool bwd_same = b0.dq == b1.dq && b0.dk == b1.dk && b0.dv == b1.dv &&
                           b2.dq == b1.dq && b2.dk == b1.dk && b2.dv == b1.dv &&
                           b3.dq == b1.dq && b3.dk == b1.dk && b3.dv == b1.dv;
-    std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward classic == ws: %s; "
+    std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward classic == ws == "
+                "ws-persistent: %s; "
                 "backward ws == ws-rs == ws-rs2 == ws-rs-async: %s\n",
                 i, static_cast<long long>(c.seq_q), static_cast<long long>(c.seq_kv), c.head_dim,
                 c.causal ? "causal" : "full", schedule_name(c.schedule),
@@ -675,7 +680,16 @@ int main(int argc, char** argv) {
       {1, 800, 800, 2, 1, 128, true, Schedule::kDescending, bf16},
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
   };
-  if (compare_variants) return variants(cases, sizeof(cases) / sizeof(cases[0]));
+  if (compare_variants) {
+    // Plus cases with more query tiles than an H100 has SMs, so that the persistent forward's CTAs
+    // loop (512 tiles; 144 tiles: 12 CTAs take two, the rest one), with KV counts per tile odd and
+    // even (causal).
+    std::vector<Case> all(cases, cases + sizeof(cases) / sizeof(cases[0]));
+    all.push_back({2, 2048, 2048, 16, 16, 128, true, Schedule::kDescending, bf16});
+    all.push_back({3, 1000, 700, 6, 2, 64, false, Schedule::kShift, fp16});
+    all.push_back({2, 1500, 1500, 5, 5, 64, true, Schedule::kSymmetricShift, bf16});
+    return variants(all.data(), all.size());
+  }
   if (mask_cases) {
     // The masked kernel instantiations (issue 13): each part of the mask alone and together, both
     // head dims, partial tiles, GQA, and a schedule of each kind.

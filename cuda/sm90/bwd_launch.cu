@@ -352,7 +352,7 @@ std::string kernel_selection_error() {
   }
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +
-           "' names no forward kernel; use ws (the default) or classic";
+           "' names no forward kernel; use ws (the default), ws-persistent or classic";
   }
   return std::string();
 }

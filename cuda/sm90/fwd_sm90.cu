@@ -24,6 +24,7 @@
 #include <cutlass/bfloat16.h>
 #include <cutlass/half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -103,6 +104,7 @@ struct FwdKernelTraits {
     uint64_t bar_v[kStages];
     uint64_t k_empty[kStages];  // kWs only: every math warp has read the K stage
     uint64_t v_empty[kStages];  // kWs only: every math warp has read the V stage
+    uint64_t q_empty;           // persistent only: every math warp is done with this tile's Q
   };
   // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;
@@ -151,9 +153,17 @@ constexpr int kTurnBarrier = 1;
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
-template <class Element, int kHeadDim, bool kWs, bool kMask>
+// kPersistent (kWs only, JAX_DASH_SM90_FWD=ws-persistent; stage F4): one CTA per SM takes query
+// tiles blockIdx.x, blockIdx.x + gridDim.x, ... (heaviest first, as the one-tile grid orders them);
+// the K/V stage ring and Q's barrier run on across tiles, and the math warps release Q (q_empty)
+// after a tile's last S = Q K^T, so the producer loads the next tile's Q and first K/V while the
+// math finishes the tile (last P V, normalisation, epilogue stores). Per tile the arithmetic is
+// the one-tile kernel's: the same bits.
+template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false>
 __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs>> p) {
+  static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
+                                                 "warp-specialized kernel");
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
@@ -169,29 +179,46 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   // Heaviest query tiles (causal: the last ones) first across all heads, so the tail of the grid
   // holds the short tiles.
   const int64_t heads_total = int64_t(p.num_heads) * p.batch;
-  const int64_t tile_index = blockIdx.x;
-  const int m_block = p.num_m_blocks - 1 - int(tile_index / heads_total);
-  const int64_t bh = tile_index % heads_total;
-  const int head = int(bh % p.num_heads);
-  const int batch = int(bh / p.num_heads);
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-
-  const int64_t row_begin = int64_t(m_block) * kBlockM;
-  const int64_t row_last = min(row_begin + kBlockM, int64_t(p.seq_q)) - 1;
+  const int64_t num_tiles = int64_t(p.num_m_blocks) * heads_total;
   const int num_kv_blocks = int((int64_t(p.seq_kv) + kBlockN - 1) / kBlockN);
-  // The KV tiles this Q tile sees: [n_lo, n_hi), visited last to first; n_end counts them.
-  int n_lo = 0;
-  int n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
-  PolicyMask policy{};  // kMask: this batch row's whole mask
-  if (kMask && p.has_mask) {
-    policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
-                                           p.kv_segments, p.seq_q, p.seq_kv, batch)};
-    const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, m_block);
-    n_lo = band_tiles.first;
-    n_hi = int(min(int64_t(band_tiles.end), ceil_div(policy.m.row.kv_length, kBlockN)));
-    if (row_begin >= policy.m.row.q_length) n_hi = n_lo;  // every row is past its query length
-  }
-  const int n_end = max(n_hi - n_lo, 0);
+  // Tile t: its query block, head, batch row and the KV tiles it sees, [n_lo, n_hi), visited last
+  // to first (n_end of them).
+  struct Tile {
+    int m_block, head, batch, kv_head, n_lo, n_hi, n_end;
+    int64_t row_begin;
+    PolicyMask policy;  // kMask: this batch row's whole mask
+  };
+  auto tile_at = [&](int64_t tile_index) {
+    Tile t;
+    t.m_block = p.num_m_blocks - 1 - int(tile_index / heads_total);
+    const int64_t bh = tile_index % heads_total;
+    t.head = int(bh % p.num_heads);
+    t.batch = int(bh / p.num_heads);
+    t.kv_head = t.head / (p.num_heads / p.num_kv_heads);
+    t.row_begin = int64_t(t.m_block) * kBlockM;
+    const int64_t row_last = min(t.row_begin + kBlockM, int64_t(p.seq_q)) - 1;
+    t.n_lo = 0;
+    t.n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
+    t.policy = PolicyMask{};
+    if (kMask && p.has_mask) {
+      t.policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
+                                               p.kv_segments, p.seq_q, p.seq_kv, t.batch)};
+      const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, t.m_block);
+      t.n_lo = band_tiles.first;
+      t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
+      if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
+    }
+    t.n_end = max(t.n_hi - t.n_lo, 0);
+    return t;
+  };
+  // Runs body(tile index) for this CTA's tiles: one, or with kPersistent every gridDim.x-th.
+  auto for_each_tile = [&](auto&& body) {
+    if constexpr (kPersistent) {
+      for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) body(t);
+    } else {
+      body(int64_t(blockIdx.x));
+    }
+  };
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M,D)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
@@ -202,17 +229,11 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
   Tensor mK = p.tma_k.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
   Tensor mV = p.tma_v.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
-  Tensor gQ = local_tile(mQ(_, _, head, batch), Shape<BlockM, HeadDim>{}, make_coord(m_block, _0{}));  // (BLK_M,D)
-  Tensor gK = local_tile(mK(_, _, kv_head, batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (BLK_N,D,n)
-  Tensor gV = local_tile(mV(_, _, kv_head, batch), Shape<BlockN, HeadDim>{}, make_coord(_, _0{}));  // (BLK_N,D,n)
   auto tma_q = p.tma_q.get_slice(_0{});
   auto tma_k = p.tma_k.get_slice(_0{});
   auto tma_v = p.tma_v.get_slice(_0{});
-  Tensor tQgQ = tma_q.partition_S(gQ);  // (TMA,TMA_M,TMA_D)
   Tensor tQsQ = tma_q.partition_D(sQ);
-  Tensor tKgK = tma_k.partition_S(gK);  // (TMA,TMA_N,TMA_D,n)
   Tensor tKsK = tma_k.partition_D(sK);  // (TMA,TMA_N,TMA_D,STAGES)
-  Tensor tVgV = tma_v.partition_S(gV);
   Tensor tVsV = tma_v.partition_D(sV);
 
   const bool is_leader = threadIdx.x == 0;
@@ -226,49 +247,67 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
         cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kMathWarps);
       }
     }
+    if constexpr (kPersistent) {
+      cutlass::arch::ClusterBarrier::init(&smem.q_empty, Traits::kMathWarps);
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();  // the only CTA-wide barrier of the warp-specialized variant
 
-  // Iteration j of the KV loop visits n_block = n_hi - 1 - j; K_j and V_j live in stage j % 2.
-  // K and V are loaded separately because the pipelined loop below frees a K stage one iteration
-  // before the V stage of the same j.
-  auto load_k = [&](int j) {
-    const int stage = j % kStages;
-    Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
-    copy(p.tma_k.with(smem.bar_k[stage]), tKgK(_, _, _, n_hi - 1 - j), tKsK(_, _, _, stage));
+  // Iteration j of a tile's KV loop visits n_block = n_hi - 1 - j; K_j and V_j live in stage
+  // (kv_base + j) % 2, kv_base counting the KV iterations of this CTA's earlier tiles (0 without
+  // kPersistent). K and V are loaded separately because the pipelined loop below frees a K stage
+  // one iteration before the V stage of the same j. Q's barrier completes once per tile that has
+  // KV tiles (q_count of them before this one).
+  auto load_q = [&](const Tile& t) {
+    Tensor gQ = local_tile(mQ(_, _, t.head, t.batch), Shape<BlockM, HeadDim>{},
+                           make_coord(t.m_block, _0{}));  // (BLK_M,D)
+    Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
+    copy(p.tma_q.with(smem.bar_q), tma_q.partition_S(gQ), tQsQ);
   };
-  auto load_v = [&](int j) {
-    const int stage = j % kStages;
+  auto load_k = [&](const Tile& t, int j, int stage) {
+    Tensor gK = local_tile(mK(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
+                           make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
+    Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
+    copy(p.tma_k.with(smem.bar_k[stage]), tma_k.partition_S(gK), tKsK(_, _, _, stage));
+  };
+  auto load_v = [&](const Tile& t, int j, int stage) {
+    Tensor gV = local_tile(mV(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
+                           make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
-    copy(p.tma_v.with(smem.bar_v[stage]), tVgV(_, _, _, n_hi - 1 - j), tVsV(_, _, _, stage));
+    copy(p.tma_v.with(smem.bar_v[stage]), tma_v.partition_S(gV), tVsV(_, _, _, stage));
   };
   if constexpr (kWs) {
     if (threadIdx.x < kThreadsPerWarpgroup) {
-      // Producer warpgroup: one thread loads Q, then K_j and V_j into stage j % 2 as soon as every
-      // math warp has released the stage's previous tile (the first use of a stage passes at once).
+      // Producer warpgroup: one thread loads Q, then K_j and V_j into their stage as soon as every
+      // math warp has released the stage's previous tile (the first use of a stage passes at once);
+      // with kPersistent the next tile's Q once every math warp has released this one's.
       warpgroup_registers_decrease<Traits::kProducerRegisters>();
-      if (is_leader && n_end > 0) {
-        Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
-        copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
-        for (int j = 0; j < n_end; ++j) {
-          const int stage = j % kStages;
-          const int empty_phase = ((j / kStages) & 1) ^ 1;
-          cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
-          load_k(j);
-          cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
-          load_v(j);
-        }
+      if (is_leader) {
+        int kv_base = 0, q_count = 0;
+        for_each_tile([&](int64_t tile_index) {
+          const Tile t = tile_at(tile_index);
+          if (t.n_end == 0) return;
+          if constexpr (kPersistent) {
+            if (q_count > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+          }
+          load_q(t);
+          for (int j = 0; j < t.n_end; ++j) {
+            const int it = kv_base + j;
+            const int stage = it % kStages;
+            const int empty_phase = ((it / kStages) & 1) ^ 1;
+            cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
+            load_k(t, j, stage);
+            cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
+            load_v(t, j, stage);
+          }
+          kv_base += t.n_end;
+          ++q_count;
+        });
       }
       return;
     }
     warpgroup_registers_increase<Traits::kMathRegisters>();
-  } else if (is_leader && n_end > 0) {
-    Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
-    copy(p.tma_q.with(smem.bar_q), tQgQ, tQsQ);
-    load_k(0);
-    load_v(0);
-    if (n_end > 1) load_k(1);
   }
   const unsigned math_tid = kWs ? threadIdx.x - kThreadsPerWarpgroup : threadIdx.x;
   const int math_wg = static_cast<int>(math_tid / kThreadsPerWarpgroup);
@@ -279,24 +318,6 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
     }
   };
-  // kWs ping-pong: each math warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations,
-  // epilogue). The first warpgroup goes first; the second's last hand-over is skipped so that every
-  // arrive meets a sync.
-  const int last_turn = n_end;
-  auto turn_begin = [&]() {
-    if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, Traits::kMathThreads);
-  };
-  auto turn_end = [&](int turn) {
-    if constexpr (kWs) {
-      if (!(math_wg == 1 && turn == last_turn)) {
-        named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), Traits::kMathThreads);
-      }
-    }
-  };
-  if constexpr (kWs) {
-    if (math_wg == 1 && n_end > 0) named_barrier_arrive(kTurnBarrier, Traits::kMathThreads);
-  }
-
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
   auto thr_qk = mma_qk.get_thread_slice(math_tid);
@@ -323,157 +344,215 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
                 "each thread must own one 64-row accumulator");
 
-  OnlineSoftmax<kRows> softmax;
-  softmax.init();
-  clear(tOrO);
   const AttentionMask mask{p.seq_kv, p.is_causal};
-
-  // Software pipeline inside each warpgroup: iteration j issues S_j = Q K_j^T and then
-  // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while both wgmmas are on the
-  // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
-  // no P V, and the last P V runs after the loop.
-  auto issue_qk = [&](int j) {
-    const int stage = j % kStages;
-    Barrier::wait(&smem.bar_k[stage], (j / kStages) & 1);
-    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-    warpgroup_fence_operand(tSrS);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tSrQ); ++k) {
-      gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
-      mma_qk.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-  };
-  auto issue_pv = [&](int j) {
-    const int stage = j % kStages;
-    Barrier::wait(&smem.bar_v[stage], (j / kStages) & 1);
-    warpgroup_fence_operand(tOrP_storage);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) {
-      gemm(mma_pv, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
-    }
-    warpgroup_commit_batch();
-  };
   const float scale = *p.scale;
   const float scale_log2 = scale * kLog2e;  // the softmax runs on exp2
-  // Scale and mask S_j (already complete in registers), then the first half of the softmax.
-  float correction[kRows];
-  auto softmax_scores = [&](int j) {
-    if (kMask && p.soft_cap > 0.f) {
-      soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
-    } else {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
-    }
-    const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
-    if (kMask && p.has_mask) {
-      if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
-        policy.apply(scores, score_coords, row_begin, col_begin);
+  int kv_base = 0, q_count = 0;  // this CTA's KV iterations and Q loads before the current tile
+  for_each_tile([&](int64_t tile_index) {
+    const Tile tile = tile_at(tile_index);
+    const int n_hi = tile.n_hi, n_end = tile.n_end;
+    const int64_t row_begin = tile.row_begin;
+    const PolicyMask& policy = tile.policy;
+    const int head = tile.head, batch = tile.batch;
+    if constexpr (!kWs) {
+      if (is_leader && n_end > 0) {
+        load_q(tile);
+        load_k(tile, 0, 0);
+        load_v(tile, 0, 0);
+        if (n_end > 1) load_k(tile, 1, 1);
       }
-    } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
-      mask.apply(scores, score_coords, row_begin, col_begin);
     }
-    softmax.update_scores(scores, correction);
-  };
-  auto scores_to_p = [&]() {
-    CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
-  };
-
-  if (n_end > 0) {
-    Barrier::wait(&smem.bar_q, 0);
-    turn_begin();
-    issue_qk(0);
-    turn_end(0);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-    release(&smem.k_empty[0]);
-    softmax_scores(0);
-    scores_to_p();
-  }
-  // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
-  if constexpr (!kWs) __syncthreads();
-
-  // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
-  // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
-  // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
-  // conversion and the wgmma issue separate the two P V wgmmas.
-  for (int iter = 1; iter < n_end; ++iter) {
-    turn_begin();
-    issue_qk(iter);
-    softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
-    issue_pv(iter - 1);
-    turn_end(iter);
-    // Free now (every thread passed the barrier that ended the previous iteration): the K stage
-    // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
-    // are first needed one iteration later. Issued after this thread's wgmmas so that the TMA
-    // work does not delay them.
-    if (!kWs && is_leader) {
-      if (iter + 1 < n_end) load_k(iter + 1);
-      load_v(iter);
-    }
-    warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
-    warpgroup_fence_operand(tSrS);
-    release(&smem.k_empty[iter % kStages]);
-    softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
-    warpgroup_fence_operand(tSrS);
-    // Scheduling fence, a no-op wait: K_iter's phase has completed and no thread can refill that
-    // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
-    // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
-    // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
-    // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.)
+    // kWs ping-pong: each math warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations,
+    // epilogue). The first warpgroup goes first; the second's last hand-over is skipped so that
+    // every arrive meets a sync (so the turns of each tile balance and the next tile starts
+    // afresh).
+    const int last_turn = n_end;
+    auto turn_begin = [&]() {
+      if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, Traits::kMathThreads);
+    };
+    auto turn_end = [&](int turn) {
+      if constexpr (kWs) {
+        if (!(math_wg == 1 && turn == last_turn)) {
+          named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), Traits::kMathThreads);
+        }
+      }
+    };
     if constexpr (kWs) {
-      Barrier::wait(&smem.bar_q, 0);
-    } else {
-      Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+      if (math_wg == 1 && n_end > 0) named_barrier_arrive(kTurnBarrier, Traits::kMathThreads);
     }
-    warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
-    warpgroup_fence_operand(tOrO);
-    warpgroup_fence_operand(tOrP_storage);
-    release(&smem.v_empty[(iter - 1) % kStages]);
-    scores_to_p();
-    // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
+    // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is complete.
+    auto release_q_after = [&](int j) {
+      if constexpr (kPersistent) {
+        if (j == n_end - 1) release(&smem.q_empty);
+      }
+    };
+
+    OnlineSoftmax<kRows> softmax;
+    softmax.init();
+    clear(tOrO);
+
+    // Software pipeline inside each warpgroup: iteration j issues S_j = Q K_j^T and then
+    // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while both wgmmas are on the
+    // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
+    // no P V, and the last P V runs after the loop.
+    auto issue_qk = [&](int j) {
+      const int stage = (kv_base + j) % kStages;
+      Barrier::wait(&smem.bar_k[stage], ((kv_base + j) / kStages) & 1);
+      mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+      warpgroup_fence_operand(tSrS);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tSrQ); ++k) {
+        gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
+        mma_qk.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+    };
+    auto issue_pv = [&](int j) {
+      const int stage = (kv_base + j) % kStages;
+      Barrier::wait(&smem.bar_v[stage], ((kv_base + j) / kStages) & 1);
+      warpgroup_fence_operand(tOrP_storage);
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int k = 0; k < size<2>(tOrP); ++k) {
+        gemm(mma_pv, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
+      }
+      warpgroup_commit_batch();
+    };
+    // Scale and mask S_j (already complete in registers), then the first half of the softmax.
+    float correction[kRows];
+    auto softmax_scores = [&](int j) {
+      if (kMask && p.soft_cap > 0.f) {
+        soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
+      }
+      const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
+      if (kMask && p.has_mask) {
+        if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
+          policy.apply(scores, score_coords, row_begin, col_begin);
+        }
+      } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
+        mask.apply(scores, score_coords, row_begin, col_begin);
+      }
+      softmax.update_scores(scores, correction);
+    };
+    auto scores_to_p = [&]() {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
+    };
+
+    if (n_end > 0) {
+      Barrier::wait(&smem.bar_q, q_count & 1);
+      turn_begin();
+      issue_qk(0);
+      turn_end(0);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);
+      release(&smem.k_empty[kv_base % kStages]);
+      release_q_after(0);
+      softmax_scores(0);
+      scores_to_p();
+    }
+    // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
     if constexpr (!kWs) __syncthreads();
-  }
-  if (n_end > 0) {
-    turn_begin();
-    softmax.rescale(out_acc, correction);
-    issue_pv(n_end - 1);
-    turn_end(last_turn);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
-  }
 
-  float lse[kRows];
-  softmax.finalize(out_acc, lse);
+    // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
+    // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
+    // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
+    // conversion and the wgmma issue separate the two P V wgmmas.
+    for (int iter = 1; iter < n_end; ++iter) {
+      turn_begin();
+      issue_qk(iter);
+      softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
+      issue_pv(iter - 1);
+      turn_end(iter);
+      // Free now (every thread passed the barrier that ended the previous iteration): the K stage
+      // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
+      // are first needed one iteration later. Issued after this thread's wgmmas so that the TMA
+      // work does not delay them.
+      if (!kWs && is_leader) {
+        if (iter + 1 < n_end) load_k(tile, iter + 1, (iter + 1) % kStages);
+        load_v(tile, iter, iter % kStages);
+      }
+      warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
+      warpgroup_fence_operand(tSrS);
+      release(&smem.k_empty[(kv_base + iter) % kStages]);
+      release_q_after(iter);
+      softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
+      warpgroup_fence_operand(tSrS);
+      // Scheduling fence, a no-op wait: K_iter's phase has completed and no thread can refill that
+      // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
+      // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
+      // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
+      // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.
+      // kPersistent: not Q's barrier either, which can be two phases on once every warp has
+      // released this tile's Q (a parity wait would then block for good); V_{iter-1}'s stage,
+      // whose phase this warp waited for in issue_pv and which cannot move before this warp's
+      // v_empty release below.)
+      if constexpr (kPersistent) {
+        const int it = kv_base + iter - 1;
+        Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+      } else if constexpr (kWs) {
+        Barrier::wait(&smem.bar_q, q_count & 1);
+      } else {
+        Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+      }
+      warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP_storage);
+      release(&smem.v_empty[(kv_base + iter - 1) % kStages]);
+      scores_to_p();
+      // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
+      if constexpr (!kWs) __syncthreads();
+    }
+    if (n_end > 0) {
+      turn_begin();
+      softmax.rescale(out_acc, correction);
+      issue_pv(n_end - 1);
+      turn_end(last_turn);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      // The last V stage of the tile: the one-tile kernel ends here, the persistent one reuses it.
+      if constexpr (kPersistent) release(&smem.v_empty[(kv_base + n_end - 1) % kStages]);
+    }
 
-  // Epilogue: rows past seq_q are never written. Adjacent column pairs go out as one 32-bit store.
-  Element* out = static_cast<Element*>(p.out);
-  const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
-  Element* out_head = out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
-  static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
-  CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t row = row_begin + get<0>(out_coords(r, 0));
-    if (row >= p.seq_q) continue;
-    Element* out_row = out_head + row * out_row_stride;
+    float lse[kRows];
+    softmax.finalize(out_acc, lse);
+
+    // Epilogue: rows past seq_q are never written. Adjacent column pairs go out as one 32-bit
+    // store.
+    Element* out = static_cast<Element*>(p.out);
+    const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
+    Element* out_head =
+        out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
+    static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
     CUTE_UNROLL
-    for (int c = 0; c < size<1>(out_acc); c += 2) {
-      const int col = get<1>(out_coords(r, c));
-      __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
-                                      static_cast<Element>(out_acc(r, c + 1))};
-      *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row_begin + get<0>(out_coords(r, 0));
+      if (row >= p.seq_q) continue;
+      Element* out_row = out_head + row * out_row_stride;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(out_acc); c += 2) {
+        const int col = get<1>(out_coords(r, c));
+        __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
+                                        static_cast<Element>(out_acc(r, c + 1))};
+        *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
+      }
+      if (math_tid % 4 == 0) {
+        p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+      }
     }
-    if (math_tid % 4 == 0) {
-      p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+    if (n_end > 0) {
+      kv_base += n_end;
+      ++q_count;
     }
-  }
+  });
 }
 
-template <class Element, int kHeadDim, bool kWs, bool kMask>
+template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   FwdKernelParams<Traits> p{};
@@ -509,7 +588,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
 
-  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
@@ -523,21 +602,31 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
                             Traits::kThreads;
     if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
   }
-  kernel<<<dim3(static_cast<unsigned>(num_tiles)), dim3(Traits::kThreads), Traits::kSmemBytes,
+  int64_t grid = num_tiles;
+  if constexpr (kPersistent) {
+    // One CTA per SM (the registers of 384 threads at the math warps' 240 allow no second), each
+    // looping over its tiles.
+    int device = 0, sms = 0;
+    if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+      return err;
+    grid = std::min<int64_t>(num_tiles, std::max(sms, 1));
+  }
+  kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Traits::kThreads), Traits::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();
 }
 
-template <bool kWs, bool kMask>
+template <bool kWs, bool kMask, bool kPersistent = false>
 cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
     case 64:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs, kMask>(p, stream)
-                  : launch_fwd<cutlass::half_t, 64, kWs, kMask>(p, stream);
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs, kMask, kPersistent>(p, stream)
+                  : launch_fwd<cutlass::half_t, 64, kWs, kMask, kPersistent>(p, stream);
     case 128:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs, kMask>(p, stream)
-                  : launch_fwd<cutlass::half_t, 128, kWs, kMask>(p, stream);
+      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs, kMask, kPersistent>(p, stream)
+                  : launch_fwd<cutlass::half_t, 128, kWs, kMask, kPersistent>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -552,22 +641,34 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
-  if (needs_masked_kernels(p)) {  // the mask policy is in the warp-specialized kernel only (the handler checks)
+  // The mask policy is in the one-tile warp-specialized kernel only (the handler checks).
+  if (needs_masked_kernels(p)) {
     return fwd_uses_warp_specialized() ? dispatch_fwd<true, true>(p, stream)
                                        : cudaErrorInvalidValue;
   }
+  if (fwd_uses_persistent()) return dispatch_fwd<true, false, true>(p, stream);
   return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)
                                      : dispatch_fwd<false, false>(p, stream);
 }
 
+// JAX_DASH_SM90_FWD: "ws" (the default, also when unset or empty), "ws-persistent" (experimental:
+// the same kernel looping over tiles, stage F4; a call with a mask beyond causal runs "ws"'s masked
+// kernel) or "classic".
 bool fwd_kernel_valid() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 || std::strcmp(v, "classic") == 0;
+  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 ||
+         std::strcmp(v, "ws-persistent") == 0 || std::strcmp(v, "classic") == 0;
 }
 
 bool fwd_uses_warp_specialized() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0;
+  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 ||
+         std::strcmp(v, "ws-persistent") == 0;
+}
+
+bool fwd_uses_persistent() {
+  const char* v = std::getenv("JAX_DASH_SM90_FWD");
+  return v != nullptr && std::strcmp(v, "ws-persistent") == 0;
 }
 
 }  // namespace jax_dash::sm90

@@ -12,7 +12,8 @@ namespace jax_dash::sm90 {
 
 // Which kernels run is read from the environment at each call:
 //   JAX_DASH_SM90_FWD  ws (the default when unset or empty): producer warpgroup, ping-pong math
-//                      warpgroups; classic: the first kernel. Both give the same bits.
+//                      warpgroups; ws-persistent: the same looping over tiles (one CTA per SM);
+//                      classic: the first kernel. All give the same bits.
 //   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
 //                      registers; ws: the same with every product from shared memory; classic:
 //                      bwd_main.cuh; ws-rs2 (two dQ buffers), ws-rs-async (releaser warp). The
@@ -23,6 +24,7 @@ namespace jax_dash::sm90 {
 std::string kernel_selection_error();
 bool fwd_kernel_valid();
 bool fwd_uses_warp_specialized();
+bool fwd_uses_persistent();
 
 // Forward: fills p.out and p.lse. Never synchronizes; returns the first CUDA error.
 cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream);

@@ -19,12 +19,16 @@
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
 #             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws";
-#             KBENCH_BWD e.g. "ws-rs ws-rs2": every shape once per backward kernel, in turn)
+#             KBENCH_BWD e.g. "ws-rs ws-rs2": every shape once per backward kernel, in turn;
+#             KBENCH_RUNS e.g. "JAX_DASH_SM90_BWD=ws-rs;JAX_DASH_SM90_FWD=ws-persistent": every
+#             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>)
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
 #   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (issue 13's sliding-window and
 #             packed points; JSON to $OUT/mask_results.json)
+#   ring      benchmarks/bench_ring.py $RING_ARGS (issue 16: ring attention over every local GPU;
+#             on one GPU pass --devices 1 for a smoke run; JSON to $OUT/ring_results.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULT=${OUT:-$PWD/device_out}
@@ -96,7 +100,15 @@ if has probe; then
 fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift;8 2048 16 16 128 0 descending;8 2048 32 32 64 0 descending}"
+  # KBENCH_RUNS: ';'-separated environment settings, every shape once per setting (run r<i>).
+  IFS=';' read -r -a kb_runs <<<"${KBENCH_RUNS:-}"
   for shape in "${kb_shapes[@]}"; do
+    if (( ${#kb_runs[@]} )); then
+      for i in "${!kb_runs[@]}"; do
+        stage "kbench_r${i}_$(echo $shape | tr ' ' '_')" 60 env ${KBENCH_ENV:-} ${kb_runs[$i]} "$D" bench $shape "${BENCH_ITERS:-20}"
+      done
+      continue
+    fi
     for bwd in ${KBENCH_BWD:-default}; do
       tag=$(echo $shape | tr ' ' '_'); bwd_env=()
       [[ $bwd != default ]] && tag="${bwd}_$tag" && bwd_env=("JAX_DASH_SM90_BWD=$bwd")
@@ -125,6 +137,10 @@ if has maskbench; then
     --out "$SCRATCH/mask_results.json"
   cp "$SCRATCH/mask_results.json" "$RESULT/" 2>/dev/null
 fi
+if has ring; then
+  stage ring "${RING_LIMIT:-450}" "$PY" benchmarks/bench_ring.py ${RING_ARGS:-} --out "$SCRATCH/ring_results.json"
+  cp "$SCRATCH/ring_results.json" "$RESULT/" 2>/dev/null
+fi
 tar czf "$RESULT/logs.tgz" -C "$SCRATCH" --exclude=wheel . 2>/dev/null
 echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git ${JAX_DASH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (device .git, may be stale)}) ===="
 printf '%s\n' "${summary[@]}"
@@ -138,6 +154,7 @@ for m in both unit handshake race; do
   f="$SCRATCH/probe_$m.log"
   [[ -f $f ]] && echo "probe $m: $(grep -E "RACECHECK SUMMARY|probe \(" $f | tr '\n' ' ')" && cat "$SCRATCH/probe_${m}_pairs.txt"
 done
+[[ -f "$SCRATCH/ring.log" ]] && tail -n 30 "$SCRATCH/ring.log"
 [[ -f "$SCRATCH/maskbench.log" ]] && grep "TFLOP/s (visible work)" "$SCRATCH/maskbench.log"
 [[ -f "$SCRATCH/gt/gpu_tests.log" ]] && grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)" "$SCRATCH/gt/gpu_tests.log" | tail -n 15
 exit 0

@@ -1,22 +1,33 @@
 """Ring attention (context parallelism) on several GPUs: correctness against one GPU, run-to-run
-bits, peak memory per GPU and throughput, contiguous against zigzag placement.
+bits, peak memory per GPU, throughput, contiguous against zigzag placement, and how much of the
+communication the computation hides (issue 16).
 
     python benchmarks/bench_ring.py                      # every local GPU, seq 64k and 128k
     python benchmarks/bench_ring.py --dry-run            # CPU, 4 virtual devices, tiny sizes
 
-For each (sequence length, layout) a fresh worker process (so that peak memory starts from zero):
+Every part runs in a fresh worker process (so that each peak memory starts from zero):
 
-1. builds the inputs already sharded over the ring (no device ever holds the whole sequence),
-   runs jit(shard_map(forward + backward of jax_dash.ring_attention)) once and records every
-   device's peak memory;
-2. times it (median of --timed runs after a warm-up): TFLOP/s per GPU by the FlashAttention
-   convention (forward 4*B*H*S^2*D, halved for causal; backward 2.5x the forward);
-3. repeats it --repeats times and checks every output bitwise against the first run;
-4. gathers the inputs on device 0, runs jax_dash.attention there (one GPU) and reports the ring's
-   max and relative RMS difference from it, and the one-GPU time for the speed-up.
+1. correctness (``--check-seq`` tokens, causal and full, MHA and GQA): ``ring_attention`` in
+   ``shard_map`` (contiguous and zigzag) and ``jax.jit(jax_dash.attention)`` on sequence-sharded
+   inputs (the partitioning rule's ring), forward and gradients against the op on one device;
+   every path ``--repeats`` times bitwise against its first run; the jit path's compiled program
+   must hold ``collective-permute`` and no ``all-gather`` of the sequence, and give the bits of
+   ``ring_attention`` (contiguous), as docs/determinism.md promises;
+2. one device, per sequence length: the op's forward + backward on device 0 alone, its time and
+   peak memory (the baseline of the memory and speed columns);
+3. the ring, per (sequence length, layout): inputs built already sharded (no device holds the
+   whole sequence); jit(shard_map(forward + backward of ring_attention)) once, every device's
+   peak memory; the median of ``--timed`` runs, TFLOP/s per GPU by the FlashAttention convention
+   (forward 4*B*H*S^2*D, halved for causal; backward 2.5x the forward); ``--repeats`` runs bitwise
+   against the first; the values against the op on device 0 (inputs gathered there). Then the
+   same program with the transfers replaced by a local stand-in (an element-wise scaling, so the
+   kernels run on the same shapes and no call is merged away) -- the compute alone -- and a
+   program that makes the ring's transfers alone, in the ring's order; hidden communication =
+   (compute + transfers - ring) / transfers, clipped to [0, 1].
 
-Results print as a table and go to --out (JSON). A configuration that fails (out of memory, or a
-kernel feature missing on this GPU) is reported with its error, not raised.
+Results print as tables and go to --out (JSON: {"correctness": [...], "single": [...],
+"ring": [...]}). A configuration that fails (out of memory, or a kernel feature missing on this
+GPU) is reported with its error, not raised; the exit status is 1 if any check failed.
 """
 
 from __future__ import annotations
@@ -33,12 +44,14 @@ LAYOUTS = ("contiguous", "zigzag")
 # of the order of the kernels' own deviation from an fp64 reference (relative RMS 2e-3 to 2.6e-3
 # on an H100, README), so more than this much is flagged.
 MAX_RELATIVE_RMS = 1e-2
+NAMES = ("out", "dq", "dk", "dv")
 
 
 def _parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seqs", default="65536,131072",
-                        help="global sequence lengths, comma-separated (default 64k,128k)")
+                        help="global sequence lengths, comma-separated (default 64k,128k; empty: "
+                        "the correctness part only)")
     parser.add_argument("--devices", type=int, default=None,
                         help="ring size (default: every local device)")
     parser.add_argument("--batch", type=int, default=1)
@@ -50,6 +63,10 @@ def _parse_args(argv=None):
     parser.add_argument("--schedule", default="auto")
     parser.add_argument("--repeats", type=int, default=20, help="runs compared bitwise")
     parser.add_argument("--timed", type=int, default=10, help="timed runs (median)")
+    parser.add_argument("--check-seq", type=int, default=8192,
+                        help="global length of the correctness part (0: skip it)")
+    parser.add_argument("--check-heads", type=int, default=8,
+                        help="query heads of the correctness part (GQA: a quarter as many kv heads)")
     parser.add_argument("--out", default=None, help="JSON results file")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU with 4 virtual devices and tiny sizes: checks the script runs")
@@ -57,6 +74,7 @@ def _parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.dry_run:
         args.seqs, args.devices, args.heads, args.head_dim = "256", 4, 2, 32
+        args.check_seq, args.check_heads = min(args.check_seq, 256) or 0, 4
         args.repeats, args.timed = min(args.repeats, 3), min(args.timed, 2)
     try:
         args.seq_list = [int(s) for s in args.seqs.split(",") if s]
@@ -68,6 +86,9 @@ def _parse_args(argv=None):
             parser.error(f"--layouts: {layout!r} is not one of {', '.join(LAYOUTS)}")
     if args.kv_heads is None:
         args.kv_heads = args.heads
+    if args.check_heads < 4 or args.check_heads % 4:
+        parser.error(f"--check-heads={args.check_heads} must be a positive multiple of 4 (the "
+                     "GQA case has a quarter as many kv heads)")
     return args
 
 
@@ -78,98 +99,280 @@ def _flops(config):
     return 3.5 * forward  # forward + backward (2.5x)
 
 
-def run_worker(config: dict) -> dict:
-    """One (seq, layout): everything in the module docstring's steps 1-4."""
+def _setup(config):
+    """jax and a one-axis mesh over the ring's devices (the CPU's virtual devices in a dry run)."""
     flags = os.environ.get("XLA_FLAGS", "")
     if config["dry_run"] and "xla_force_host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " --xla_force_host_platform_device_count=4").strip()
-    import functools
-
     import jax
-    import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-    import jax_dash
-    from jax_dash import ring
+    from jax.sharding import Mesh
 
     devices = jax.devices("cpu" if config["dry_run"] else None)
     size = config["devices"] or len(devices)
     if size > len(devices):
         raise ValueError(f"--devices={size} but only {len(devices)} devices are visible")
-    mesh = Mesh(np.array(devices[:size]), ("seq",))
+    return devices, Mesh(np.array(devices[:size]), ("seq",))
+
+
+def _forward_backward(fn, q, k, v, dout):
+    import jax
+    out, vjp = jax.vjp(fn, q, k, v)
+    return (out, *vjp(dout))
+
+
+def _inputs(shapes, dtype, key, sharding=None):
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def make(key):
+        keys = jax.random.split(key, len(shapes))
+        return tuple(jax.random.normal(k, s, jnp.float32).astype(dtype)
+                     for k, s in zip(keys, shapes))
+
+    if sharding is not None:
+        make = jax.jit(make.__wrapped__, out_shardings=(sharding,) * len(shapes))
+    return make(key)
+
+
+def _bitwise_equal_fn():
+    import jax
+    import jax.numpy as jnp
+
+    def bits(x):
+        return jax.lax.bitcast_convert_type(x, {2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize])
+
+    return jax.jit(lambda a, b: jnp.all(jnp.stack(
+        [jnp.array_equal(bits(x), bits(y)) for x, y in zip(a, b)])))
+
+
+def _differences(ours, theirs):
+    """Max abs and relative RMS difference per result (out, dq, dk, dv)."""
+    import jax.numpy as jnp
+    max_abs, rel_rms = {}, {}
+    for name, a, b in zip(NAMES, ours, theirs):
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+        max_abs[name] = float(jnp.max(jnp.abs(a - b)))
+        rel_rms[name] = float(jnp.sqrt(jnp.mean((a - b) ** 2) / jnp.mean(b ** 2)))
+    return max_abs, rel_rms
+
+
+def _timed(fn, args, runs):
+    import jax
+    import numpy as np
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def run_correctness(config: dict) -> list[dict]:
+    """Part 1 (see the module docstring): every path at the check length, each a result row."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jax_dash
+    from jax_dash import ring
+
+    devices, mesh = _setup(config)
+    size = mesh.devices.size
+    spec = P(None, "seq")
+    sharding = NamedSharding(mesh, spec)
+    same = _bitwise_equal_fn()
+    seq, heads, head_dim = config["check_seq"], config["check_heads"], config["head_dim"]
+    rows = []
+    for mask in ("causal", "full"):
+        for kv_heads in (heads, heads // 4):
+            is_causal = mask == "causal"
+            base = {"seq": seq, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+                    "mask": mask, "ring_size": size, "device_kind": devices[0].device_kind}
+            q_shape = (1, seq, heads, head_dim)
+            kv_shape = (1, seq, kv_heads, head_dim)
+            args = _inputs((q_shape, kv_shape, kv_shape, q_shape), jnp.bfloat16,
+                           jax.random.PRNGKey(seq + kv_heads + is_causal), None)
+            args = [jax.device_put(x, devices[0]) for x in args]
+            single = jax.block_until_ready(jax.jit(functools.partial(
+                _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
+                                                     schedule=config["schedule"])))(*args))
+
+            def ring_fn(layout):
+                def device_fn(q, k, v, dout):
+                    return _forward_backward(functools.partial(
+                        jax_dash.ring_attention, axis_name="seq", is_causal=is_causal,
+                        schedule=config["schedule"], layout=layout), q, k, v, dout)
+                return jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
+                                             out_specs=(spec,) * 4))
+
+            jit_path = jax.jit(functools.partial(
+                _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
+                                                     schedule=config["schedule"])),
+                in_shardings=(sharding,) * 4, out_shardings=(sharding,) * 4)
+            results = {}
+            for path in ("ring contiguous", "ring zigzag", "jit (partitioning rule)"):
+                row = {**base, "path": path, "error": None}
+                rows.append(row)
+                try:
+                    zig = path == "ring zigzag"
+                    placed = [jax.device_put(ring.zigzag(x, size) if zig else x, sharding)
+                              for x in args]
+                    fn = jit_path if path.startswith("jit") else ring_fn(path.split()[1])
+                    if path.startswith("jit"):
+                        hlo = fn.lower(*placed).compile().as_text()
+                        row["collective_permutes"] = hlo.count("collective-permute-start") or \
+                            hlo.count("collective-permute(")
+                        row["all_gathers"] = hlo.count("all-gather-start") + hlo.count("all-gather(")
+                    first = jax.block_until_ready(fn(*placed))
+                    row["repeats"] = config["repeats"]
+                    row["repeats_not_bitwise"] = sum(
+                        not bool(same(fn(*placed), first)) for _ in range(config["repeats"]))
+                    natural = [jax.device_put(ring.unzigzag(x, size) if zig else x, devices[0])
+                               for x in first]
+                    results[path] = natural
+                    row["max_abs_diff"], row["relative_rms_diff"] = _differences(natural, single)
+                    checks = [row["repeats_not_bitwise"] == 0,
+                              all(r <= MAX_RELATIVE_RMS for r in row["relative_rms_diff"].values())]
+                    if path.startswith("jit"):
+                        contiguous = results.get("ring contiguous")
+                        row["bits_of_ring_attention"] = contiguous is not None and bool(
+                            same(natural, contiguous))
+                        checks += [row["collective_permutes"] > 0, row["all_gathers"] == 0,
+                                   row["bits_of_ring_attention"]]
+                    row["passed"] = all(checks)
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                    row["passed"] = False
+    return rows
+
+
+def run_single(config: dict) -> dict:
+    """Part 2: the op on device 0 alone at the full length; time and peak memory."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import jax_dash
+
+    devices, _ = _setup(config)
+    seq, is_causal = config["seq"], config["mask"] == "causal"
+    q_shape = (config["batch"], seq, config["heads"], config["head_dim"])
+    kv_shape = (config["batch"], seq, config["kv_heads"], config["head_dim"])
+    result = {**config, "device_kind": devices[0].device_kind, "error": None}
+    try:
+        with jax.default_device(devices[0]):
+            args = _inputs((q_shape, kv_shape, kv_shape, q_shape), jnp.bfloat16,
+                           jax.random.PRNGKey(0))
+            fn = jax.jit(functools.partial(_forward_backward, functools.partial(
+                jax_dash.attention, is_causal=is_causal, schedule=config["schedule"])))
+            jax.block_until_ready(fn(*args))
+            stats = devices[0].memory_stats()
+            result["peak_bytes"] = stats and stats.get("peak_bytes_in_use")
+            result["seconds"] = _timed(fn, args, max(1, config["timed"] // 2))
+            result["tflops"] = _flops(config) / result["seconds"] / 1e12
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    return result
+
+
+def run_worker(config: dict) -> dict:
+    """Part 3: one (seq, layout) of the ring."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import jax_dash
+    from jax_dash import ring
+
+    devices, mesh = _setup(config)
+    size = mesh.devices.size
     spec = P(None, "seq")
     sharding = NamedSharding(mesh, spec)
     is_causal = config["mask"] == "causal"
     layout, seq = config["layout"], config["seq"]
-    dtype = jnp.bfloat16
     q_shape = (config["batch"], seq, config["heads"], config["head_dim"])
     kv_shape = (config["batch"], seq, config["kv_heads"], config["head_dim"])
     result = {**config, "ring_size": size, "device_kind": devices[0].device_kind,
               "jax_version": jax.__version__, "error": None}
 
-    @functools.partial(jax.jit, out_shardings=(sharding,) * 4)
-    def make_inputs(key):  # random tokens, already in the layout's order and sharded
-        keys = jax.random.split(key, 4)
-        shapes = (q_shape, kv_shape, kv_shape, q_shape)
-        return tuple(jax.random.normal(k, s, jnp.float32).astype(dtype)
-                     for k, s in zip(keys, shapes))
-
-    def forward_backward(fn, q, k, v, dout):
-        out, vjp = jax.vjp(fn, q, k, v)
-        return (out, *vjp(dout))
-
     def device_fn(q, k, v, dout):  # one device's block of the ring
-        return forward_backward(functools.partial(
+        return _forward_backward(functools.partial(
             jax_dash.ring_attention, axis_name="seq", is_causal=is_causal,
             schedule=config["schedule"], layout=layout), q, k, v, dout)
 
-    def single_device_fn(q, k, v, dout):  # the whole sequence on one device
-        return forward_backward(functools.partial(
-            jax_dash.attention, is_causal=is_causal, schedule=config["schedule"]), q, k, v, dout)
+    def compile_ring():
+        return jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
+                                     out_specs=(spec,) * 4))
+
+    def transfers_only(k, v):  # the ring's transfers in its order, nothing computed
+        perm = [(i, (i + 1) % size) for i in range(size)]
+
+        def send(*xs):
+            return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
+
+        kf, vf = k, v
+        for _ in range(size - 1):  # forward: K/V around the ring
+            kf, vf = send(kf, vf)
+        kb, vb = k, v
+        dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
+        for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV travelling with them
+            kb, vb = send(kb, vb)
+            dk, dv = send(dk + 1, dv + 1)
+        dk, dv = send(dk, dv)  # the last hop home
+        return kf, vf, kb, vb, dk, dv
 
     try:
-        ring_fn = jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
-                                        out_specs=(spec,) * 4))
-        args = make_inputs(jax.random.PRNGKey(0))
+        ring_fn = compile_ring()
+        args = _inputs((q_shape, kv_shape, kv_shape, q_shape), jnp.bfloat16,
+                       jax.random.PRNGKey(0), sharding)
         first = jax.block_until_ready(ring_fn(*args))
         stats = [d.memory_stats() for d in mesh.devices.flat]
         result["peak_bytes_per_device"] = [s and s.get("peak_bytes_in_use") for s in stats]
 
-        times = []
-        for _ in range(config["timed"]):
-            start = time.perf_counter()
-            jax.block_until_ready(ring_fn(*args))
-            times.append(time.perf_counter() - start)
-        result["ring_seconds"] = float(np.median(times))
+        result["ring_seconds"] = _timed(ring_fn, args, config["timed"])
         result["ring_tflops_per_device"] = _flops(config) / size / result["ring_seconds"] / 1e12
 
-        def bits(x):
-            return jax.lax.bitcast_convert_type(x, {2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize])
-
-        same = jax.jit(lambda a, b: jnp.all(jnp.stack(
-            [jnp.array_equal(bits(x), bits(y)) for x, y in zip(a, b)])))
+        same = _bitwise_equal_fn()
         mismatches = sum(not bool(same(ring_fn(*args), first)) for _ in range(config["repeats"]))
         result["repeats"], result["repeats_not_bitwise"] = config["repeats"], mismatches
+
+        # The compute alone: the same program with every transfer a local element-wise scaling.
+        send = ring._send
+        ring._send = lambda cfg, *xs: tuple(x * jnp.asarray(1.015625, x.dtype) for x in xs)
+        try:
+            lowered = compile_ring().lower(*args)
+            if "collective_permute" in lowered.as_text():
+                raise RuntimeError("the compute-only program still transfers (ring._send was not "
+                                   "replaced)")
+            local_fn = lowered.compile()
+            jax.block_until_ready(local_fn(*args))
+            result["compute_only_seconds"] = _timed(local_fn, args, max(1, config["timed"] // 2))
+        finally:
+            ring._send = send
+        comm_fn = jax.jit(jax.shard_map(transfers_only, mesh=mesh, in_specs=(spec,) * 2,
+                                        out_specs=(spec,) * 6))
+        jax.block_until_ready(comm_fn(*args[1:3]))
+        result["transfers_only_seconds"] = _timed(comm_fn, args[1:3], max(1, config["timed"] // 2))
+        exposed = result["ring_seconds"] - result["compute_only_seconds"]
+        result["hidden_fraction"] = min(1.0, max(0.0, 1 - exposed / result[
+            "transfers_only_seconds"]))
 
         # One device: the whole sequence on device 0, in natural token order.
         one = devices[0]
         natural = [jax.device_put(ring.unzigzag(x, size) if layout == "zigzag" else x, one)
                    for x in (*args, *first)]
-        del args
-        single_fn = jax.jit(single_device_fn)
-        single = jax.block_until_ready(single_fn(*natural[:4]))
-        start = time.perf_counter()
-        for _ in range(max(1, config["timed"] // 2)):
-            jax.block_until_ready(single_fn(*natural[:4]))
-        result["single_seconds"] = (time.perf_counter() - start) / max(1, config["timed"] // 2)
-        result["speedup_over_one_device"] = result["single_seconds"] / result["ring_seconds"]
-        result["max_abs_diff"], result["relative_rms_diff"] = {}, {}
-        for name, ours, theirs in zip(("out", "dq", "dk", "dv"), natural[4:], single):
-            ours, theirs = ours.astype(jnp.float32), theirs.astype(jnp.float32)
-            result["max_abs_diff"][name] = float(jnp.max(jnp.abs(ours - theirs)))
-            result["relative_rms_diff"][name] = float(
-                jnp.sqrt(jnp.mean((ours - theirs) ** 2) / jnp.mean(theirs ** 2)))
+        del args, first
+        single = jax.block_until_ready(jax.jit(functools.partial(
+            _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
+                                                 schedule=config["schedule"])))(*natural[:4]))
+        result["max_abs_diff"], result["relative_rms_diff"] = _differences(natural[4:], single)
         result["matches_one_device"] = all(
             r <= MAX_RELATIVE_RMS for r in result["relative_rms_diff"].values())
     except Exception as exc:  # reported per configuration (OOM, missing kernel feature)
@@ -177,22 +380,58 @@ def run_worker(config: dict) -> dict:
     return result
 
 
-def _report(results):
-    header = (f"{'seq':>8} {'layout':>10} {'P':>2} {'ms':>9} {'TFLOP/s/dev':>11} "
-              f"{'x one dev':>9} {'bitwise':>9} {'rel RMS (out dq dk dv)':>30} "
-              f"{'peak GiB/dev (max)':>18}")
-    print(header)
+def _gib(n):
+    return f"{n / 2**30:.2f}" if n else "n/a"
+
+
+def _report(correctness, singles, results):
+    if correctness:
+        print(f"correctness ({correctness[0]['seq']} tokens, {correctness[0]['ring_size']} "
+              f"devices, {correctness[0]['device_kind']}):")
+        print(f"{'mask':>6} {'heads':>6} {'path':>24} {'bitwise':>8} "
+              f"{'rel RMS vs one device (out dq dk dv)':>36} {'ok':>4}")
+        for r in correctness:
+            heads = f"{r['heads']}/{r['kv_heads']}"
+            if r.get("error"):
+                print(f"{r['mask']:>6} {heads:>6} {r['path']:>24}  error: {r['error'][:300]}")
+                continue
+            rms = " ".join(f"{r['relative_rms_diff'][n]:.1e}" for n in NAMES)
+            extra = ""
+            if "bits_of_ring_attention" in r:
+                extra = (f"  permutes={r['collective_permutes']} all-gathers={r['all_gathers']}"
+                         f" bits of ring_attention: {r['bits_of_ring_attention']}")
+            bitwise = f"{r['repeats'] - r['repeats_not_bitwise']}/{r['repeats']}"
+            print(f"{r['mask']:>6} {heads:>6} {r['path']:>24} {bitwise:>8} {rms:>36} "
+                  f"{'yes' if r['passed'] else 'NO':>4}{extra}")
+    single = {r["seq"]: r for r in singles}
+    for r in singles:
+        if r.get("error"):
+            print(f"one device, seq {r['seq']}: error: {r['error'][:300]}")
+    if not results:
+        return
+    print(f"{'seq':>8} {'layout':>10} {'P':>2} {'ms':>9} {'TFLOP/s/dev':>11} {'x one dev':>9} "
+          f"{'bitwise':>8} {'rel RMS (out dq dk dv)':>30} {'GiB/dev':>8} {'GiB one':>8} "
+          f"{'compute ms':>10} {'comm ms':>8} {'hidden':>6}")
     for r in results:
         if r.get("error"):
-            print(f"{r['seq']:>8} {r['layout']:>10}  error: {r['error'][:200]}")
+            print(f"{r['seq']:>8} {r['layout']:>10}  error: {r['error'][:300]}")
             continue
+        one = single.get(r["seq"], {})
         peaks = [p for p in r["peak_bytes_per_device"] if p is not None]
-        peak = f"{max(peaks) / 2**30:.2f}" if peaks else "n/a"
-        rms = " ".join(f"{r['relative_rms_diff'][n]:.1e}" for n in ("out", "dq", "dk", "dv"))
+        speedup = (f"{one['seconds'] / r['ring_seconds']:.2f}" if one.get("seconds")
+                   else "n/a")
+        rms = " ".join(f"{r['relative_rms_diff'][n]:.1e}" for n in NAMES)
         bitwise = f"{r['repeats'] - r['repeats_not_bitwise']}/{r['repeats']}"
         print(f"{r['seq']:>8} {r['layout']:>10} {r['ring_size']:>2} {r['ring_seconds'] * 1e3:9.2f} "
-              f"{r['ring_tflops_per_device']:11.2f} {r['speedup_over_one_device']:9.2f} "
-              f"{bitwise:>9} {rms:>30} {peak:>18}")
+              f"{r['ring_tflops_per_device']:11.2f} {speedup:>9} {bitwise:>8} {rms:>30} "
+              f"{_gib(max(peaks) if peaks else None):>8} {_gib(one.get('peak_bytes')):>8} "
+              f"{r['compute_only_seconds'] * 1e3:10.2f} {r['transfers_only_seconds'] * 1e3:8.2f} "
+              f"{r['hidden_fraction']:6.0%}")
+    for seq in sorted(single):
+        one = single[seq]
+        if one.get("seconds"):
+            print(f"one device, seq {seq}: {one['seconds'] * 1e3:.2f} ms, "
+                  f"{one['tflops']:.1f} TFLOP/s, peak {_gib(one.get('peak_bytes'))} GiB")
     by_seq = {}
     for r in results:
         if not r.get("error"):
@@ -203,33 +442,50 @@ def _report(results):
                   "of contiguous")
 
 
+def _in_worker(mode, config):
+    """Runs one part in a fresh process (peak memory from zero); its JSON result, or an error."""
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
+                           json.dumps({**config, "mode": mode})], capture_output=True, text=True,
+                          env=env)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        error = f"worker exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+        return [{**config, "error": error, "passed": False}] if mode == "correctness" else \
+            {**config, "error": error}
+
+
 def main(argv=None) -> int:
     args = _parse_args(argv)
     if args.worker:
-        print(json.dumps(run_worker(json.loads(args.worker))))
+        config = json.loads(args.worker)
+        run = {"correctness": run_correctness, "single": run_single, "ring": run_worker}
+        print(json.dumps(run[config["mode"]](config)))
         return 0
-    results = []
+    common = {"devices": args.devices, "batch": args.batch, "heads": args.heads,
+              "kv_heads": args.kv_heads, "head_dim": args.head_dim, "mask": args.mask,
+              "schedule": args.schedule, "repeats": args.repeats, "timed": args.timed,
+              "dry_run": args.dry_run}
+    correctness = []
+    if args.check_seq:
+        correctness = _in_worker("correctness", {**common, "check_seq": args.check_seq,
+                                                 "check_heads": args.check_heads})
+    singles, results = [], []
     for seq in args.seq_list:
+        singles.append(_in_worker("single", {**common, "seq": seq}))
         for layout in args.layout_list:
-            config = {"seq": seq, "layout": layout, "devices": args.devices,
-                      "batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads,
-                      "head_dim": args.head_dim, "mask": args.mask, "schedule": args.schedule,
-                      "repeats": args.repeats, "timed": args.timed, "dry_run": args.dry_run}
-            env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
-                                   json.dumps(config)], capture_output=True, text=True, env=env)
-            lines = proc.stdout.strip().splitlines()
-            try:
-                results.append(json.loads(lines[-1]))
-            except (IndexError, json.JSONDecodeError):
-                results.append({**config, "error": f"worker exited {proc.returncode}: "
-                                f"{proc.stderr.strip()[-1500:]}"})
-    _report(results)
+            results.append(_in_worker("ring", {**common, "seq": seq, "layout": layout}))
+    _report(correctness, singles, results)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-    failed = [r for r in results if r.get("error") or r.get("repeats_not_bitwise")
-              or not r.get("matches_one_device")]
+            json.dump({"correctness": correctness, "single": singles, "ring": results}, f,
+                      indent=1)
+    failed = ([r for r in correctness if not r.get("passed")]
+              + [r for r in singles if r.get("error")]
+              + [r for r in results if r.get("error") or r.get("repeats_not_bitwise")
+                 or not r.get("matches_one_device")])
     return 1 if failed else 0
 
 

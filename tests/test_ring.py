@@ -434,8 +434,22 @@ def test_bench_ring_dry_run(tmp_path):
                            "--layouts", "zigzag", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (result,) = json.loads(out.read_text())
+    report = json.loads(out.read_text())
+    (result,) = report["ring"]
     assert result["error"] is None and result["ring_size"] == 4 and result["layout"] == "zigzag"
     assert result["repeats_not_bitwise"] == 0 and result["matches_one_device"]
     assert set(result["relative_rms_diff"]) == {"out", "dq", "dk", "dv"}
+    assert result["compute_only_seconds"] > 0 and result["transfers_only_seconds"] > 0
+    assert 0 <= result["hidden_fraction"] <= 1
+    (single,) = report["single"]
+    assert single["error"] is None and single["seconds"] > 0
+    # Correctness: causal/full x MHA/GQA x (ring contiguous, ring zigzag, the jit path), all
+    # passing; the jit path ran a ring (permutes, no all-gather) with ring_attention's bits.
+    checks = report["correctness"]
+    assert len(checks) == 12 and all(r["passed"] and r["error"] is None for r in checks), checks
+    jit_rows = [r for r in checks if r["path"].startswith("jit")]
+    assert len(jit_rows) == 4 and all(r["bits_of_ring_attention"] and r["collective_permutes"] > 0
+                                      and r["all_gathers"] == 0 for r in jit_rows)
+    assert {(r["mask"], r["kv_heads"]) for r in checks} == {("causal", 4), ("causal", 1),
+                                                            ("full", 4), ("full", 1)}
     assert "zigzag" in proc.stdout

@@ -214,15 +214,25 @@ def merge(out_acc, lse_acc, out_block, lse_block):
     return out_acc + weight * (out_block - out_acc), lse_total
 
 
-def _ring_steps(config, k, v):
-    """Yields ``(step, (k_block, v_block))`` for steps 0..P-1. The transfer of the next step's
-    block is issued before the current step is yielded (computed), so XLA can run the two
-    concurrently while at most two blocks are alive."""
-    blocks = (k, v)
+def _ring_loop(config, k, v, compute, combine=None):
+    """Runs the P steps of the ring and returns the last state: at step s ``result =
+    compute(s, k_block, v_block, state)`` (``state`` None at step 0), then ``state =
+    combine(s, result, state)`` (default: the result). The transfer of the next step's block is
+    issued before step s is computed, so XLA can run the two concurrently; and it is tied (an
+    optimization barrier) to step s's ``result`` before it is sent on, so the transfer for step
+    s + 2 cannot start before step s is computed and at most two blocks are alive. Without the tie
+    nothing orders the chain of transfers (which depends on K/V alone) against the computation,
+    and XLA issued every transfer up front: each device held all P blocks, O(seq) memory instead
+    of O(seq / P) (at P = 8 the per-device temporaries were as large as at P = 2)."""
+    blocks, state = (k, v), None
     for step in range(config.axis_size):
         following = _send(config, *blocks) if step + 1 < config.axis_size else None
-        yield step, blocks
+        result = compute(step, *blocks, state)
+        if following is not None:
+            following, result = jax.lax.optimization_barrier((following, result))
+        state = combine(step, result, state) if combine else result
         blocks = following
+    return state
 
 
 def ring_forward(q, k, v, scale, config):
@@ -233,11 +243,11 @@ def ring_forward(q, k, v, scale, config):
     device = jax.lax.axis_index(config.axis_name) if causal and n > 1 else None
     half = q.shape[1] // 2
 
-    out = lse = None
-    for step, (kb, vb) in _ring_steps(config, k, v):
+    def body(step, kb, vb, state):
+        out, lse = state or (None, None)
         if step == 0:  # the device's own (diagonal) block
-            out, lse = _block_forward(config, scale, q, kb, vb, causal)
-        elif not causal:
+            return _block_forward(config, scale, q, kb, vb, causal)
+        if not causal:
             out, lse = merge(out, lse, *_block_forward(config, scale, q, kb, vb, False))
         elif config.layout == "contiguous":
             def visible(out, lse, kb=kb, vb=vb):
@@ -260,6 +270,9 @@ def ring_forward(q, k, v, scale, config):
 
             source = (device - step) % n
             out, lse = jax.lax.cond(source < device, earlier, later, out, lse)
+        return out, lse
+
+    out, lse = _ring_loop(config, k, v, body)
     return out.astype(q.dtype), lse
 
 
@@ -312,16 +325,21 @@ def ring_backward(q, k, v, out, lse, dout, scale, config):
     n = config.axis_size
     device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
 
-    dq = dk = dv = None
-    for step, (kb, vb) in _ring_steps(config, k, v):
+    def contributions(step, kb, vb, sums):
         if step == 0:  # the device's own (diagonal) block starts the sums
-            dq, dk, dv = _block_backward(config, scale, q, kb, vb, out, lse, dout, config.is_causal)
-            continue
-        dq_b, dk_b, dv_b = _step_contributions(config, scale, step, device, q, kb, vb, out, lse,
-                                                dout)
-        # dK/dV travel with their block: what arrives here belongs to the block now held.
+            return _block_backward(config, scale, q, kb, vb, out, lse, dout, config.is_causal)
+        return _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout)
+
+    def add(step, block, sums):
+        if step == 0:
+            return block
+        dq, dk, dv = sums
+        # dK/dV travel with their block: what arrives here belongs to the block now held. The
+        # transfer does not wait for this step's kernel (the contributions do not depend on it).
         dk, dv = _send(config, dk, dv)
-        dq, dk, dv = dq + dq_b, dk + dk_b, dv + dv_b
+        return dq + block[0], dk + block[1], dv + block[2]
+
+    dq, dk, dv = _ring_loop(config, k, v, contributions, add)
     if n > 1:
         dk, dv = _send(config, dk, dv)  # the last hop home
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)

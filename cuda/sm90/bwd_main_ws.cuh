@@ -573,7 +573,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     if (ext_mask) policy.m = mask_policy(p, b);
     // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
     // extents and causal.
-    auto hidden = [&](int64_t kv_row, int64_t q_row) {
+    auto hidden = [&](int64_t kv_row, int64_t q_row) JAX_DASH_INLINE {
       return ext_mask ? !policy.visible(q_row, kv_row)
                       : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
     };
@@ -639,7 +639,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         // masked and the unmasked tile each get their own straight-line loop (the same
         // arithmetic).
         // (kSegments decided per tile: no branch in the element loop.)
-        auto masked_probs = [&](auto segments) {
+        auto masked_probs = [&](auto segments) JAX_DASH_INLINE {
           constexpr bool kSegments = decltype(segments)::value;
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {

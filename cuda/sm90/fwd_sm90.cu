@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     int64_t row_begin;
     PolicyMask policy;  // kMask: this batch row's whole mask
   };
-  auto tile_at = [&](int64_t tile_index) {
+  auto tile_at = [&](int64_t tile_index) JAX_DASH_INLINE {
     Tile t;
     t.m_block = p.num_m_blocks - 1 - int(tile_index / heads_total);
     const int64_t bh = tile_index % heads_total;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     return t;
   };
   // Runs body(tile index) for this CTA's tiles: one, or with kPersistent every gridDim.x-th.
-  auto for_each_tile = [&](auto&& body) {
+  auto for_each_tile = [&](auto&& body) JAX_DASH_INLINE {
     if constexpr (kPersistent) {
       for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) body(t);
     } else {
@@ -259,19 +259,19 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   // kPersistent). K and V are loaded separately because the pipelined loop below frees a K stage
   // one iteration before the V stage of the same j. Q's barrier completes once per tile that has
   // KV tiles (q_count of them before this one).
-  auto load_q = [&](const Tile& t) {
+  auto load_q = [&](const Tile& t) JAX_DASH_INLINE {
     Tensor gQ = local_tile(mQ(_, _, t.head, t.batch), Shape<BlockM, HeadDim>{},
                            make_coord(t.m_block, _0{}));  // (BLK_M,D)
     Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
     copy(p.tma_q.with(smem.bar_q), tma_q.partition_S(gQ), tQsQ);
   };
-  auto load_k = [&](const Tile& t, int j, int stage) {
+  auto load_k = [&](const Tile& t, int j, int stage) JAX_DASH_INLINE {
     Tensor gK = local_tile(mK(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
                            make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
     Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
     copy(p.tma_k.with(smem.bar_k[stage]), tma_k.partition_S(gK), tKsK(_, _, _, stage));
   };
-  auto load_v = [&](const Tile& t, int j, int stage) {
+  auto load_v = [&](const Tile& t, int j, int stage) JAX_DASH_INLINE {
     Tensor gV = local_tile(mV(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
                            make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       warpgroup_registers_decrease<Traits::kProducerRegisters>();
       if (is_leader) {
         int kv_base = 0, q_count = 0;
-        for_each_tile([&](int64_t tile_index) {
+        for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
           const Tile t = tile_at(tile_index);
           if (t.n_end == 0) return;
           if constexpr (kPersistent) {
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   const unsigned math_tid = kWs ? threadIdx.x - kThreadsPerWarpgroup : threadIdx.x;
   const int math_wg = static_cast<int>(math_tid / kThreadsPerWarpgroup);
   // kWs: this math warp is done reading a K or V stage (one arrive per warp).
-  auto release = [&](uint64_t* empty) {
+  auto release = [&](uint64_t* empty) JAX_DASH_INLINE {
     if constexpr (kWs) {
       __syncwarp();
       if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   const float scale = *p.scale;
   const float scale_log2 = scale * kLog2e;  // the softmax runs on exp2
   int kv_base = 0, q_count = 0;  // this CTA's KV iterations and Q loads before the current tile
-  for_each_tile([&](int64_t tile_index) {
+  for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
     const Tile tile = tile_at(tile_index);
     const int n_hi = tile.n_hi, n_end = tile.n_end;
     const int64_t row_begin = tile.row_begin;
@@ -367,10 +367,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     // every arrive meets a sync (so the turns of each tile balance and the next tile starts
     // afresh).
     const int last_turn = n_end;
-    auto turn_begin = [&]() {
+    auto turn_begin = [&]() JAX_DASH_INLINE {
       if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, Traits::kMathThreads);
     };
-    auto turn_end = [&](int turn) {
+    auto turn_end = [&](int turn) JAX_DASH_INLINE {
       if constexpr (kWs) {
         if (!(math_wg == 1 && turn == last_turn)) {
           named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), Traits::kMathThreads);
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       if (math_wg == 1 && n_end > 0) named_barrier_arrive(kTurnBarrier, Traits::kMathThreads);
     }
     // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is complete.
-    auto release_q_after = [&](int j) {
+    auto release_q_after = [&](int j) JAX_DASH_INLINE {
       if constexpr (kPersistent) {
         if (j == n_end - 1) release(&smem.q_empty);
       }
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while both wgmmas are on the
     // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
     // no P V, and the last P V runs after the loop.
-    auto issue_qk = [&](int j) {
+    auto issue_qk = [&](int j) JAX_DASH_INLINE {
       const int stage = (kv_base + j) % kStages;
       Barrier::wait(&smem.bar_k[stage], ((kv_base + j) / kStages) & 1);
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       }
       warpgroup_commit_batch();
     };
-    auto issue_pv = [&](int j) {
+    auto issue_pv = [&](int j) JAX_DASH_INLINE {
       const int stage = (kv_base + j) % kStages;
       Barrier::wait(&smem.bar_v[stage], ((kv_base + j) / kStages) & 1);
       warpgroup_fence_operand(tOrP_storage);
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     };
     // Scale and mask S_j (already complete in registers), then the first half of the softmax.
     float correction[kRows];
-    auto softmax_scores = [&](int j) {
+    auto softmax_scores = [&](int j) JAX_DASH_INLINE {
       if (kMask && p.soft_cap > 0.f) {
         soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
       } else {
@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       }
       softmax.update_scores(scores, correction);
     };
-    auto scores_to_p = [&]() {
+    auto scores_to_p = [&]() JAX_DASH_INLINE {
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
     };

@@ -725,6 +725,213 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     return "descending"
 
 
+# ---- the warp-specialized pipeline (timing model) ------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PipelineCost:
+    """Per-step costs of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh), in SM cycles.
+    The defaults are the per-role trace of ws-rs at head_dim 128, seq 8k, full mask, descending,
+    on an H100 (benchmarks/results/perf-notes.md, fourth session call 1): the math warpgroups' step
+    without its waits, the dQ writer's bulk reduction until its shared-memory read is done (the
+    dQ buffer is free again) and until the adds are complete, the fence + release of the ticket,
+    and the unit's start and epilogue. ``visible`` (a release until the next writer's poll sees
+    it) is not traced: a free parameter of the model."""
+
+    math: float = 4240.0
+    store: float = 300.0         # the end of the math step that needs a free dQ buffer
+    read: float = 1700.0
+    complete: float = 10.0
+    release: float = 1150.0
+    visible: float = 600.0
+    unit_start: float = 9300.0
+    epilogue: float = 22000.0
+    buffers: int = 1             # dQ buffers between the math and the writer
+    async_release: bool = False  # ws-rs-async: a releaser warp fences and releases
+
+    def __post_init__(self):
+        for name in ("math", "store", "read", "complete", "release", "visible", "unit_start",
+                     "epilogue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value < 0:
+                raise ValueError(f"PipelineCost.{name}={value!r} must be a finite number >= 0")
+        if isinstance(self.buffers, bool) or not isinstance(self.buffers, int) or self.buffers < 1:
+            raise ValueError(f"PipelineCost.buffers={self.buffers!r} must be an int >= 1")
+        if self.store > self.math:
+            raise ValueError(f"PipelineCost.store={self.store!r} is part of the math step "
+                             f"(math={self.math!r}): it cannot be longer")
+
+
+@dataclasses.dataclass
+class PipelineResult:
+    workers: int
+    makespan: float           # inf if deadlocked
+    deadlocked: bool
+    steps: int                # dQ steps run
+    math_per_step: float      # the math role's cycles per step: waits, unit start, epilogue included
+    buffer_wait: float        # per step: the math waiting for a free dQ buffer
+    ticket_wait: float        # per step: the writer waiting for its ticket (after its dQ is ready)
+
+
+def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
+                      cost: PipelineCost = PipelineCost()) -> PipelineResult:
+    """A timing model of the warp-specialized backward: per worker (CTA) the math role and the dQ
+    writer run concurrently, coupled by ``cost.buffers`` dQ buffers; each step's reduction waits
+    for the ticket of the step before it in the counter's order (``dag.pred``) to become visible.
+    Items are fetched in order as in ``simulate``; a worker starts its next item once the math has
+    stored the item's dK/dV (``epilogue``) and the writer has released its last ticket. Where
+    ``simulate`` charges each step compute + reduce in series, here the math of step s + 1 runs
+    while the writer reduces step s, so the model can say which role or which hand-over sets the
+    pace (the question the fourth session's ws-rs-async run raised). MHA and the dQ steps only
+    (no GQA dK/dV reduction steps); pairs the data hides cost the math nothing and the writer its
+    ticket hand-over.
+    """
+    p = dag.problem
+    if (dag.kind == _DKV).any():
+        raise ValueError("simulate_pipeline models MHA only (no dK/dV reduction steps): "
+                         f"num_heads={p.num_heads}, num_kv_heads={p.num_kv_heads}")
+    workers = _worker_count(p, workers)
+    num_items, max_steps = dag.kind.shape
+    length = dag.length.astype(np.int64)
+    hidden = dag.hidden if dag.hidden is not None else np.zeros(dag.kind.shape, bool)
+    nodes = num_items * max_steps
+    math_done = np.full(nodes, np.nan)
+    read_done = np.full(nodes, np.nan)
+    visible = np.full(nodes, np.nan)
+    pred = dag.pred.reshape(-1)
+    m_next = np.zeros(num_items, np.int64)
+    w_next = np.zeros(num_items, np.int64)
+    m_busy = np.zeros(num_items, bool)
+    w_busy = np.zeros(num_items, bool)
+    released_until = np.full(num_items, -np.inf)  # the releaser's last release (async)
+    math_end = np.full(num_items, np.nan)
+    writer_end = np.full(num_items, np.nan)
+    item_start = np.full(num_items, np.nan)
+    waiting = {}
+    heap = []
+    order = [0]
+    totals = {"buffer": 0.0, "ticket": 0.0}
+    state = {"taken": 0, "finished": 0, "end": 0.0}
+    finished = np.zeros(num_items, bool)
+    store_waits = {}  # item -> (step, time its math body ended) waiting for a dQ buffer
+    MATH, READ, WEND, VIS, EPI, BODY = range(6)
+
+    def push(time, kind, g, s):
+        order[0] += 1
+        heapq.heappush(heap, (time, order[0], kind, g, s))
+
+    def start_item(g, time):
+        item_start[g] = time
+        if length[g] == 0:
+            math_end[g] = writer_end[g] = time
+            push(time, EPI, g, -1)
+            return
+        try_math(g, time + cost.unit_start)
+
+    def try_math(g, time):
+        s = int(m_next[g])
+        if m_busy[g] or s > length[g] or (s == length[g] and not np.isnan(math_end[g])):
+            return
+        if s == length[g]:  # every step's dQ is handed over: the dK/dV epilogue
+            math_end[g] = time + cost.epilogue
+            push(math_end[g], EPI, g, -1)
+            return
+        m_busy[g] = True
+        m_next[g] += 1
+        push(time + (0.0 if hidden[g, s] else cost.math - cost.store), BODY, g, s)
+
+    def store_dq(g, s, time):
+        """Step s's math body is done at ``time``: its dQ store needs a free buffer."""
+        if s >= cost.buffers:
+            freed = read_done[g * max_steps + s - cost.buffers]
+            if np.isnan(freed):
+                store_waits[g] = (s, time)  # READ of that step resumes it
+                return
+        push(time + (0.0 if hidden[g, s] else cost.store), MATH, g, s)
+
+    def try_writer(g, time):
+        s = int(w_next[g])
+        if w_busy[g] or s >= length[g]:
+            return
+        node = g * max_steps + s
+        if np.isnan(math_done[node]):
+            return
+        q = int(pred[node])
+        if q >= 0 and np.isnan(visible[q]):
+            waiting.setdefault(q, []).append(g)
+            return
+        totals["ticket"] += max(0.0, time - max(math_done[node], writer_free[g]))
+        w_busy[g] = True
+        w_next[g] += 1
+        push(time + (0.0 if hidden[g, s] else cost.read), READ, g, s)
+
+    writer_free = np.zeros(num_items)
+
+    def finish_item(g, time):
+        state["finished"] += 1
+        state["end"] = max(state["end"], time)
+        if state["taken"] < num_items:
+            h = state["taken"]
+            state["taken"] += 1
+            start_item(h, time)
+
+    for g in range(min(workers, num_items)):
+        state["taken"] += 1
+        start_item(g, 0.0)
+    while heap:
+        time, _, kind, g, s = heapq.heappop(heap)
+        node = g * max_steps + s
+        if kind == MATH:
+            math_done[node] = time
+            m_busy[g] = False
+            try_math(g, time)
+            try_writer(g, time)
+        elif kind == BODY:
+            store_dq(g, s, time)
+        elif kind == READ:
+            read_done[node] = time
+            waiting_store = store_waits.get(g)
+            if waiting_store is not None and waiting_store[0] - cost.buffers == s:
+                del store_waits[g]
+                totals["buffer"] += time - waiting_store[1]
+                push(time + (0.0 if hidden[g, waiting_store[0]] else cost.store), MATH, g,
+                     waiting_store[0])
+            adds = time + (0.0 if hidden[g, s] else cost.complete)
+            if cost.async_release:
+                release = max(adds, released_until[g]) + cost.release
+                released_until[g] = release
+                push(adds, WEND, g, s)
+            else:
+                release = adds + cost.release
+                push(release, WEND, g, s)
+            push(release + cost.visible, VIS, g, s)
+            if s == length[g] - 1:
+                writer_end[g] = release
+                push(release, EPI, g, -1)
+        elif kind == WEND:
+            w_busy[g] = False
+            writer_free[g] = time
+            try_writer(g, time)
+        elif kind == VIS:
+            visible[node] = time
+            for h in waiting.pop(node, []):
+                try_writer(h, time)
+        elif kind == EPI:
+            if not finished[g] and not np.isnan(math_end[g]) and \
+                    not np.isnan(writer_end[g]) and time >= max(math_end[g], writer_end[g]):
+                finished[g] = True
+                finish_item(g, time)
+    steps = int(length.sum())
+    done = state["finished"] == num_items
+    makespan = state["end"] if done else math.inf
+    spans = math_end - item_start  # as the trace counts: unit start and epilogue included
+    math_per_step = float(np.nansum(spans) / steps) if steps else 0.0
+    return PipelineResult(workers=workers, makespan=makespan, deadlocked=not done, steps=steps,
+                          math_per_step=math_per_step,
+                          buffer_wait=totals["buffer"] / steps if steps else 0.0,
+                          ticket_wait=totals["ticket"] / steps if steps else 0.0)
+
+
 # ---- report and pictures ------------------------------------------------------------------------
 
 def compare(problem: Problem, *, schedules=tuple(SCHEDULE_IDS), workers=None,

@@ -802,3 +802,57 @@ def test_fetch_simulation_rejects_bad_arguments():
         schedules.simulate_fetch(dag, release=float("nan"))
     with pytest.raises(ValueError, match="workers=0 must be >= 1"):
         schedules.simulate_fetch(dag, workers=0)
+
+
+def test_pipeline_model_without_a_writer_is_the_math_alone():
+    """simulate_pipeline with a free dQ writer: every worker runs its items back to back, so the
+    run is exactly items-per-worker x (unit start + steps x math + epilogue)."""
+    p = problem(1024, 1024, causal=False, wave=4, heads=2, block_m=64, block_n=128)
+    dag = schedules.build_dag("descending", p)
+    assert dag.num_items % 4 == 0 and (dag.length == dag.length[0]).all()
+    cost = schedules.PipelineCost(math=100.0, store=10.0, read=0.0, complete=0.0, release=0.0,
+                                  visible=0.0, unit_start=7.0, epilogue=11.0)
+    r = schedules.simulate_pipeline(dag, workers=4, cost=cost)
+    per_item = 7.0 + dag.length[0] * 100.0 + 11.0
+    assert not r.deadlocked and r.makespan == pytest.approx(dag.num_items // 4 * per_item)
+    assert r.buffer_wait == 0 and r.ticket_wait == 0
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("causal", [False, True])
+def test_pipeline_model_runs_every_schedule(name, causal):
+    p = problem(2048, 2048, causal=causal, wave=8, heads=2, block_m=64, block_n=128)
+    dag = schedules.build_dag(name, p)
+    cost = schedules.PipelineCost()
+    r = schedules.simulate_pipeline(dag, cost=cost)
+    assert not r.deadlocked and r.steps == int(dag.length.sum())
+    assert r.makespan >= r.steps * cost.math / r.workers
+
+
+def test_pipeline_model_agrees_with_the_h100_on_the_release_and_the_buffers():
+    """Measured on an H100 (perf-notes, fourth session, call 1; third session, call 2): neither
+    the releaser warp (ws-rs-async) nor a second dQ buffer (ws-rs2) shortens the head_dim-128
+    full-mask descending backward, whose pace is the dQ ticket chain's. The pipeline model (costs
+    from that run's trace) agrees: both within 1%, while the writer's ticket wait grows with the
+    releaser as it did on the GPU. (The serial model of simulate_fetch predicts a gain instead.)"""
+    p = problem(4096, 4096, causal=False, wave=32, heads=4, block_m=64, block_n=128)
+    dag = schedules.build_dag("descending", p)
+    base = schedules.simulate_pipeline(dag)
+    releaser = schedules.simulate_pipeline(dag, cost=schedules.PipelineCost(async_release=True))
+    two = schedules.simulate_pipeline(dag, cost=schedules.PipelineCost(buffers=2))
+    assert releaser.makespan == pytest.approx(base.makespan, rel=0.01)
+    assert two.makespan == pytest.approx(base.makespan, rel=0.01)
+    assert releaser.ticket_wait > base.ticket_wait
+
+
+def test_pipeline_model_rejects_what_it_does_not_model():
+    gqa = schedules.make_problem(batch=1, num_heads=4, num_kv_heads=2, seq_q=512, seq_kv=512,
+                                 is_causal=False, wave=4, block_m=64, block_n=128)
+    with pytest.raises(ValueError, match="MHA only"):
+        schedules.simulate_pipeline(schedules.build_dag("descending", gqa))
+    with pytest.raises(ValueError, match=r"PipelineCost.read=-1.0 must be a finite number >= 0"):
+        schedules.PipelineCost(read=-1.0)
+    with pytest.raises(ValueError, match=r"PipelineCost.buffers=0 must be an int >= 1"):
+        schedules.PipelineCost(buffers=0)
+    with pytest.raises(ValueError, match="cannot be longer"):
+        schedules.PipelineCost(math=10.0, store=20.0)

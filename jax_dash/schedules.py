@@ -201,6 +201,9 @@ class ScheduleDag:
     # [items, max_steps] dQ steps whose pair the data (lengths, segment ids) hides: not computed,
     # the ticket only handed on (see with_hidden_pairs). None: nothing hidden.
     hidden: np.ndarray | None = None
+    # [items, max_steps] hidden dQ steps that take no ticket turn at all (without_hidden_pairs):
+    # their successors wait on the nearest visible predecessor instead. None: every step counts.
+    skipped: np.ndarray | None = None
 
     @property
     def max_steps(self) -> int:
@@ -298,6 +301,28 @@ def with_hidden_pairs(dag: ScheduleDag, hidden: np.ndarray) -> ScheduleDag:
     is_dq = (dag.kind == _DQ) & (dag.q_tile >= 0)
     marked = is_dq & hidden[heads, np.maximum(dag.q_tile, 0), np.maximum(dag.kv_tile, 0)]
     return dataclasses.replace(dag, hidden=marked)
+
+
+def without_hidden_pairs(dag: ScheduleDag, hidden: np.ndarray) -> ScheduleDag:
+    """``dag`` with the hidden pairs (as in ``with_hidden_pairs``) dropped from the ticket order
+    instead of handed over: a hidden dQ step takes no ticket turn and costs nothing, and a visible
+    step waits for the nearest visible step before it in its counter's order (in a kernel: ticket
+    = its rank among the tile's visible contributors, computable from the same tile-range test).
+    Every wait of the result is one the band's DAG already implied (its chain ran through the
+    dropped steps), so no new cycle can form; the simulators check the in-order fetch. The
+    hand-over of ``with_hidden_pairs`` keeps each hidden step on the chain (a release and a poll
+    per step), which bounds what skipping saves on packed rows; this is the alternative."""
+    marked = with_hidden_pairs(dag, hidden).hidden
+    flat_pred = dag.pred.reshape(-1)
+    skip = marked.reshape(-1)
+    target = flat_pred.copy()
+    while True:  # the nearest ancestor along the chain that is not dropped
+        through = (target >= 0) & skip[np.maximum(target, 0)]
+        if not through.any():
+            break
+        target[through] = flat_pred[target[through]]
+    pred = np.where(skip, -1, target).reshape(dag.pred.shape)
+    return dataclasses.replace(dag, pred=pred, hidden=None, skipped=marked)
 
 
 def hidden_pairs_from_data(problem: Problem, *, q_lengths=None, kv_lengths=None,
@@ -784,7 +809,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
     while the writer reduces step s, so the model can say which role or which hand-over sets the
     pace (the question the fourth session's ws-rs-async run raised). MHA and the dQ steps only
     (no GQA dK/dV reduction steps); pairs the data hides cost the math nothing and the writer its
-    ticket hand-over.
+    ticket hand-over (``with_hidden_pairs``), or nothing at all (``without_hidden_pairs``).
     """
     p = dag.problem
     if (dag.kind == _DKV).any():
@@ -794,6 +819,8 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
     num_items, max_steps = dag.kind.shape
     length = dag.length.astype(np.int64)
     hidden = dag.hidden if dag.hidden is not None else np.zeros(dag.kind.shape, bool)
+    skipped = dag.skipped if dag.skipped is not None else np.zeros(dag.kind.shape, bool)
+    hidden = hidden | skipped
     nodes = num_items * max_steps
     math_done = np.full(nodes, np.nan)
     read_done = np.full(nodes, np.nan)
@@ -897,14 +924,15 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
                 push(time + (0.0 if hidden[g, waiting_store[0]] else cost.store), MATH, g,
                      waiting_store[0])
             adds = time + (0.0 if hidden[g, s] else cost.complete)
+            turn = 0.0 if skipped[g, s] else cost.release  # a dropped step releases nothing
             if cost.async_release:
-                release = max(adds, released_until[g]) + cost.release
+                release = max(adds, released_until[g]) + turn
                 released_until[g] = release
                 push(adds, WEND, g, s)
             else:
-                release = adds + cost.release
+                release = adds + turn
                 push(release, WEND, g, s)
-            push(release + cost.visible, VIS, g, s)
+            push(release + (0.0 if skipped[g, s] else cost.visible), VIS, g, s)
             if s == length[g] - 1:
                 writer_end[g] = release
                 push(release, EPI, g, -1)
@@ -1013,6 +1041,9 @@ def _cost_arrays(dag, cost):
     if dag.hidden is not None:
         compute = np.where(dag.hidden, 0.0, compute)
         reduce = np.where(dag.hidden, cost.handoff, reduce)
+    if dag.skipped is not None:
+        compute = np.where(dag.skipped, 0.0, compute)
+        reduce = np.where(dag.skipped, 0.0, reduce)
     return compute, reduce
 
 

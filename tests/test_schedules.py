@@ -856,3 +856,56 @@ def test_pipeline_model_rejects_what_it_does_not_model():
         schedules.PipelineCost(buffers=0)
     with pytest.raises(ValueError, match="cannot be longer"):
         schedules.PipelineCost(math=10.0, store=20.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropped_hidden_pairs_never_deadlock(causal):
+    """without_hidden_pairs: hidden steps take no ticket turn, visible ones wait for the nearest
+    visible step before them. Every schedule, every wave, with and without early fetch: nothing
+    deadlocks, every visible step runs, each new wait is one the band's chain implied, and the
+    run is never longer than with the hand-over."""
+    rng = np.random.default_rng(1)
+    for wave in (1, 3, 8, 40):
+        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
+                         batch=3, kv_heads=1)
+        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
+        hidden = schedules.hidden_pairs_from_data(
+            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
+            kv_segment_ids=ids)
+        for name in ALL:
+            dag = schedules.build_dag(name, p)
+            dropped = schedules.without_hidden_pairs(dag, hidden)
+            assert dropped.skipped.any() and (dropped.pred[dropped.skipped] == -1).all()
+            # a visible step's new predecessor is an ancestor along its old chain
+            flat = dag.pred.reshape(-1)
+            for node in np.flatnonzero(dropped.pred.reshape(-1) >= 0)[:200]:
+                walk, target = flat[node], dropped.pred.flat[node]
+                while walk != target:
+                    assert walk >= 0 and dropped.skipped.flat[walk]
+                    walk = flat[walk]
+            run = schedules.simulate(dropped)
+            assert not run.deadlocked, (name, wave, causal)
+            assert not np.isnan(run.finish[dropped.kv_tile >= 0]).any()
+            handed = schedules.simulate(schedules.with_hidden_pairs(dag, hidden))
+            assert run.makespan <= handed.makespan + 1e-9, (name, wave)
+            for early in ("never", "safe"):
+                fetched = schedules.simulate_fetch(dropped, early=early)
+                assert not fetched.deadlocked, (name, wave, causal, early)
+
+
+def test_dropping_hidden_pairs_beats_handing_them_over_on_packed_rows():
+    """The pipeline model on a packed row (documents of mean 256 in 2k tokens, causal): dropping
+    hidden pairs from the ticket order saves more than handing their tickets over, which keeps a
+    release and a poll per hidden step on each Q tile's chain."""
+    docs = []
+    rng = np.random.default_rng(2)
+    while sum(docs) < 2048:
+        docs.append(int(min(max(1, rng.exponential(256)), 2048 - sum(docs))))
+    ids = np.repeat(np.arange(len(docs)), docs)[None]
+    p = problem(2048, 2048, causal=True, wave=16, heads=4, block_m=64, block_n=128)
+    hidden = schedules.hidden_pairs_from_data(p, q_segment_ids=ids, kv_segment_ids=ids)
+    dag = schedules.build_dag("descending", p)
+    every = schedules.simulate_pipeline(dag).makespan
+    handed = schedules.simulate_pipeline(schedules.with_hidden_pairs(dag, hidden)).makespan
+    dropped = schedules.simulate_pipeline(schedules.without_hidden_pairs(dag, hidden)).makespan
+    assert dropped < handed < every

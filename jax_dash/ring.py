@@ -221,9 +221,12 @@ def _ring_loop(config, k, v, compute, combine=None):
     issued before step s is computed, so XLA can run the two concurrently; and it is tied (an
     optimization barrier) to step s's ``result`` before it is sent on, so the transfer for step
     s + 2 cannot start before step s is computed and at most two blocks are alive. Without the tie
-    nothing orders the chain of transfers (which depends on K/V alone) against the computation,
-    and XLA issued every transfer up front: each device held all P blocks, O(seq) memory instead
-    of O(seq / P) (at P = 8 the per-device temporaries were as large as at P = 2)."""
+    nothing orders the chain of transfers (which depends on K/V alone) against the computation:
+    XLA's CPU compiler issued every transfer up front (each device holding all P blocks, O(seq)
+    memory instead of O(seq / P): at P = 8 the per-device temporaries were as large as at P = 2),
+    and nothing forbids a GPU schedule from doing the same. (XLA's CPU pipeline removes the
+    barrier before it schedules, so the CPU compile does not show the tie's effect; recent GPU
+    pipelines remove it in their post-scheduling passes, after the schedule respected it.)"""
     blocks, state = (k, v), None
     for step in range(config.axis_size):
         following = _send(config, *blocks) if step + 1 < config.axis_size else None

@@ -793,7 +793,7 @@ class PipelineResult:
     makespan: float           # inf if deadlocked
     deadlocked: bool
     steps: int                # dQ steps run
-    math_per_step: float      # the math role's cycles per step: waits, unit start, epilogue included
+    math_per_step: float      # the math role's cycles a step: waits, unit start, epilogue in
     buffer_wait: float        # per step: the math waiting for a free dQ buffer
     ticket_wait: float        # per step: the writer waiting for its ticket (after its dQ is ready)
 

@@ -795,7 +795,7 @@ class PipelineResult:
     steps: int                # dQ steps run
     math_per_step: float      # the math role's cycles a step: waits, unit start, epilogue in
     buffer_wait: float        # per step: the math waiting for a free dQ buffer
-    ticket_wait: float        # per step: the writer waiting for its ticket (after its dQ is ready)
+    ticket_wait: float        # per step: the writer waiting for its ticket after its previous step
 
 
 def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
@@ -834,6 +834,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
     math_end = np.full(num_items, np.nan)
     writer_end = np.full(num_items, np.nan)
     item_start = np.full(num_items, np.nan)
+    writer_free = np.zeros(num_items)  # when the writer finished its previous step
     waiting = {}
     heap = []
     order = [0]
@@ -849,6 +850,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
 
     def start_item(g, time):
         item_start[g] = time
+        writer_free[g] = time
         if length[g] == 0:
             math_end[g] = writer_end[g] = time
             push(time, EPI, g, -1)
@@ -887,12 +889,11 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
         if q >= 0 and np.isnan(visible[q]):
             waiting.setdefault(q, []).append(g)
             return
-        totals["ticket"] += max(0.0, time - max(math_done[node], writer_free[g]))
+        if q >= 0:  # as the trace counts it: from the writer's previous step to the ticket
+            totals["ticket"] += max(0.0, visible[q] - writer_free[g])
         w_busy[g] = True
         w_next[g] += 1
         push(time + (0.0 if hidden[g, s] else cost.read), READ, g, s)
-
-    writer_free = np.zeros(num_items)
 
     def finish_item(g, time):
         state["finished"] += 1

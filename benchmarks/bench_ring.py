@@ -121,19 +121,47 @@ def _forward_backward(fn, q, k, v, dout):
     return (out, *vjp(dout))
 
 
+def _op_program(is_causal, schedule, **jit_kwargs):
+    """jit(forward + backward of jax_dash.attention): on one device, or (with shardings) the
+    partitioning rule's ring."""
+    import functools
+
+    import jax
+
+    import jax_dash
+    return jax.jit(functools.partial(_forward_backward, functools.partial(
+        jax_dash.attention, is_causal=is_causal, schedule=schedule)), **jit_kwargs)
+
+
+def _ring_program(mesh, spec, is_causal, schedule, layout):
+    """jit(shard_map(forward + backward of ring_attention)) over the mesh's "seq" axis. Traced
+    anew on each call (the compute-only variant patches ring._send before calling it)."""
+    import functools
+
+    import jax
+
+    import jax_dash
+
+    def device_fn(q, k, v, dout):  # one device's block of the ring
+        return _forward_backward(functools.partial(
+            jax_dash.ring_attention, axis_name="seq", is_causal=is_causal, schedule=schedule,
+            layout=layout), q, k, v, dout)
+
+    return jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
+                                 out_specs=(spec,) * 4))
+
+
 def _inputs(shapes, dtype, key, sharding=None):
     import jax
     import jax.numpy as jnp
 
-    @jax.jit
     def make(key):
         keys = jax.random.split(key, len(shapes))
         return tuple(jax.random.normal(k, s, jnp.float32).astype(dtype)
                      for k, s in zip(keys, shapes))
 
-    if sharding is not None:
-        make = jax.jit(make.__wrapped__, out_shardings=(sharding,) * len(shapes))
-    return make(key)
+    shardings = {} if sharding is None else {"out_shardings": (sharding,) * len(shapes)}
+    return jax.jit(make, **shardings)(key)
 
 
 def _bitwise_equal_fn():
@@ -171,13 +199,10 @@ def _timed(fn, args, runs):
 
 def run_correctness(config: dict) -> list[dict]:
     """Part 1 (see the module docstring): every path at the check length, each a result row."""
-    import functools
-
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    import jax_dash
     from jax_dash import ring
 
     devices, mesh = _setup(config)
@@ -197,22 +222,10 @@ def run_correctness(config: dict) -> list[dict]:
             args = _inputs((q_shape, kv_shape, kv_shape, q_shape), jnp.bfloat16,
                            jax.random.PRNGKey(seq + kv_heads + is_causal), None)
             args = [jax.device_put(x, devices[0]) for x in args]
-            single = jax.block_until_ready(jax.jit(functools.partial(
-                _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
-                                                     schedule=config["schedule"])))(*args))
-
-            def ring_fn(layout):
-                def device_fn(q, k, v, dout):
-                    return _forward_backward(functools.partial(
-                        jax_dash.ring_attention, axis_name="seq", is_causal=is_causal,
-                        schedule=config["schedule"], layout=layout), q, k, v, dout)
-                return jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
-                                             out_specs=(spec,) * 4))
-
-            jit_path = jax.jit(functools.partial(
-                _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
-                                                     schedule=config["schedule"])),
-                in_shardings=(sharding,) * 4, out_shardings=(sharding,) * 4)
+            single = jax.block_until_ready(
+                _op_program(is_causal, config["schedule"])(*args))
+            jit_path = _op_program(is_causal, config["schedule"], in_shardings=(sharding,) * 4,
+                                   out_shardings=(sharding,) * 4)
             results = {}
             for path in ("ring contiguous", "ring zigzag", "jit (partitioning rule)"):
                 row = {**base, "path": path, "error": None}
@@ -221,7 +234,8 @@ def run_correctness(config: dict) -> list[dict]:
                     zig = path == "ring zigzag"
                     placed = [jax.device_put(ring.zigzag(x, size) if zig else x, sharding)
                               for x in args]
-                    fn = jit_path if path.startswith("jit") else ring_fn(path.split()[1])
+                    fn = jit_path if path.startswith("jit") else _ring_program(
+                        mesh, spec, is_causal, config["schedule"], path.split()[1])
                     if path.startswith("jit"):
                         hlo = fn.lower(*placed).compile().as_text()
                         row["collective_permutes"] = hlo.count("collective-permute-start") or \
@@ -252,12 +266,8 @@ def run_correctness(config: dict) -> list[dict]:
 
 def run_single(config: dict) -> dict:
     """Part 2: the op on device 0 alone at the full length; time and peak memory."""
-    import functools
-
     import jax
     import jax.numpy as jnp
-
-    import jax_dash
 
     devices, _ = _setup(config)
     seq, is_causal = config["seq"], config["mask"] == "causal"
@@ -268,8 +278,7 @@ def run_single(config: dict) -> dict:
         with jax.default_device(devices[0]):
             args = _inputs((q_shape, kv_shape, kv_shape, q_shape), jnp.bfloat16,
                            jax.random.PRNGKey(0))
-            fn = jax.jit(functools.partial(_forward_backward, functools.partial(
-                jax_dash.attention, is_causal=is_causal, schedule=config["schedule"])))
+            fn = _op_program(is_causal, config["schedule"])
             jax.block_until_ready(fn(*args))
             stats = devices[0].memory_stats()
             result["peak_bytes"] = stats and stats.get("peak_bytes_in_use")
@@ -282,13 +291,10 @@ def run_single(config: dict) -> dict:
 
 def run_worker(config: dict) -> dict:
     """Part 3: one (seq, layout) of the ring."""
-    import functools
-
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    import jax_dash
     from jax_dash import ring
 
     devices, mesh = _setup(config)
@@ -302,14 +308,8 @@ def run_worker(config: dict) -> dict:
     result = {**config, "ring_size": size, "device_kind": devices[0].device_kind,
               "jax_version": jax.__version__, "error": None}
 
-    def device_fn(q, k, v, dout):  # one device's block of the ring
-        return _forward_backward(functools.partial(
-            jax_dash.ring_attention, axis_name="seq", is_causal=is_causal,
-            schedule=config["schedule"], layout=layout), q, k, v, dout)
-
     def compile_ring():
-        return jax.jit(jax.shard_map(device_fn, mesh=mesh, in_specs=(spec,) * 4,
-                                     out_specs=(spec,) * 4))
+        return _ring_program(mesh, spec, is_causal, config["schedule"], layout)
 
     def transfers_only(k, v):  # the ring's transfers in its order, nothing computed
         perm = [(i, (i + 1) % size) for i in range(size)]
@@ -369,9 +369,7 @@ def run_worker(config: dict) -> dict:
         natural = [jax.device_put(ring.unzigzag(x, size) if layout == "zigzag" else x, one)
                    for x in (*args, *first)]
         del args, first
-        single = jax.block_until_ready(jax.jit(functools.partial(
-            _forward_backward, functools.partial(jax_dash.attention, is_causal=is_causal,
-                                                 schedule=config["schedule"])))(*natural[:4]))
+        single = jax.block_until_ready(_op_program(is_causal, config["schedule"])(*natural[:4]))
         result["max_abs_diff"], result["relative_rms_diff"] = _differences(natural[4:], single)
         result["matches_one_device"] = all(
             r <= MAX_RELATIVE_RMS for r in result["relative_rms_diff"].values())

@@ -667,19 +667,25 @@ def test_bad_window_is_named():
         band_problem(64, 64, causal=False, window=(-1, 3), wave=1)
 
 
+def _hidden_band_cases(causal, seed):
+    """(wave, problem, hidden pairs) for waves 1-40: a windowed band, 3 batch rows with lengths
+    and sorted random segment ids, 2 heads sharing one kv head."""
+    rng = np.random.default_rng(seed)
+    for wave in (1, 3, 8, 40):
+        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
+                         batch=3, kv_heads=1)
+        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
+        yield wave, p, schedules.hidden_pairs_from_data(
+            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
+            kv_segment_ids=ids)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_hidden_pairs_keep_edges_never_deadlock_and_save_time(causal):
     """Pairs that lengths and segment ids hide keep their tickets (the DAG's edges and items are
     the band's) and only cost a handoff: every schedule still runs every step for every wave,
     and on these shapes skipping does not lengthen the simulated makespan."""
-    rng = np.random.default_rng(0)
-    for wave in (1, 3, 8, 40):
-        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
-                         batch=3, kv_heads=1)
-        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
-        hidden = schedules.hidden_pairs_from_data(
-            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
-            kv_segment_ids=ids)
+    for wave, p, hidden in _hidden_band_cases(causal, seed=0):
         assert hidden.shape == (6, p.num_q_tiles, p.num_kv_tiles) and hidden.any()
         np.testing.assert_array_equal(hidden[0], hidden[1])  # per batch row, for every head
         for name in ALL:
@@ -864,14 +870,7 @@ def test_dropped_hidden_pairs_never_deadlock(causal):
     visible step before them. Every schedule, every wave, with and without early fetch: nothing
     deadlocks, every visible step runs, each new wait is one the band's chain implied, and the
     run is never longer than with the hand-over."""
-    rng = np.random.default_rng(1)
-    for wave in (1, 3, 8, 40):
-        p = band_problem(1024, 1024, causal=causal, window=(300, 300), wave=wave, heads=2,
-                         batch=3, kv_heads=1)
-        ids = np.sort(rng.integers(0, 5, (3, 1024)), axis=1)
-        hidden = schedules.hidden_pairs_from_data(
-            p, q_lengths=[1024, 500, 77], kv_lengths=[900, 1024, 300], q_segment_ids=ids,
-            kv_segment_ids=ids)
+    for wave, p, hidden in _hidden_band_cases(causal, seed=1):
         for name in ALL:
             dag = schedules.build_dag(name, p)
             dropped = schedules.without_hidden_pairs(dag, hidden)

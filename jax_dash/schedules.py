@@ -839,7 +839,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
     heap = []
     order = [0]
     totals = {"buffer": 0.0, "ticket": 0.0}
-    state = {"taken": 0, "finished": 0, "end": 0.0}
+    state = {"taken": 0, "end": 0.0}
     finished = np.zeros(num_items, bool)
     store_waits = {}  # item -> (step, time its math body ended) waiting for a dQ buffer
     MATH, READ, WEND, VIS, EPI, BODY = range(6)
@@ -859,7 +859,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
 
     def try_math(g, time):
         s = int(m_next[g])
-        if m_busy[g] or s > length[g] or (s == length[g] and not np.isnan(math_end[g])):
+        if m_busy[g] or (s == length[g] and not np.isnan(math_end[g])):
             return
         if s == length[g]:  # every step's dQ is handed over: the dK/dV epilogue
             math_end[g] = time + cost.epilogue
@@ -896,7 +896,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
         push(time + (0.0 if hidden[g, s] else cost.read), READ, g, s)
 
     def finish_item(g, time):
-        state["finished"] += 1
+        finished[g] = True
         state["end"] = max(state["end"], time)
         if state["taken"] < num_items:
             h = state["taken"]
@@ -922,8 +922,7 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
             if waiting_store is not None and waiting_store[0] - cost.buffers == s:
                 del store_waits[g]
                 totals["buffer"] += time - waiting_store[1]
-                push(time + (0.0 if hidden[g, waiting_store[0]] else cost.store), MATH, g,
-                     waiting_store[0])
+                store_dq(g, waiting_store[0], time)
             adds = time + (0.0 if hidden[g, s] else cost.complete)
             turn = 0.0 if skipped[g, s] else cost.release  # a dropped step releases nothing
             if cost.async_release:
@@ -948,10 +947,9 @@ def simulate_pipeline(dag: ScheduleDag, *, workers: int | None = None,
         elif kind == EPI:
             if not finished[g] and not np.isnan(math_end[g]) and \
                     not np.isnan(writer_end[g]) and time >= max(math_end[g], writer_end[g]):
-                finished[g] = True
                 finish_item(g, time)
     steps = int(length.sum())
-    done = state["finished"] == num_items
+    done = bool(finished.all())
     makespan = state["end"] if done else math.inf
     spans = math_end - item_start  # as the trace counts: unit start and epilogue included
     math_per_step = float(np.nansum(spans) / steps) if steps else 0.0

@@ -100,19 +100,21 @@ if has probe; then
 fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift;8 2048 16 16 128 0 descending;8 2048 32 32 64 0 descending}"
-  # KBENCH_RUNS: ';'-separated environment settings, every shape once per setting (run r<i>).
-  IFS=';' read -r -a kb_runs <<<"${KBENCH_RUNS:-}"
+  # The runs, each a log-name tag and an environment setting: KBENCH_RUNS (tags r0, r1, ...),
+  # or one per KBENCH_BWD kernel (tagged with its name), or the defaults (no tag).
+  tags=(); envs=()
+  if [[ -n "${KBENCH_RUNS:-}" ]]; then
+    IFS=';' read -r -a envs <<<"$KBENCH_RUNS"
+    for i in "${!envs[@]}"; do tags+=("r${i}_"); done
+  elif [[ -n "${KBENCH_BWD:-}" ]]; then
+    for bwd in $KBENCH_BWD; do tags+=("${bwd}_"); envs+=("JAX_DASH_SM90_BWD=$bwd"); done
+  else
+    tags=(""); envs=("")
+  fi
   for shape in "${kb_shapes[@]}"; do
-    if (( ${#kb_runs[@]} )); then
-      for i in "${!kb_runs[@]}"; do
-        stage "kbench_r${i}_$(echo $shape | tr ' ' '_')" 60 env ${KBENCH_ENV:-} ${kb_runs[$i]} "$D" bench $shape "${BENCH_ITERS:-20}"
-      done
-      continue
-    fi
-    for bwd in ${KBENCH_BWD:-default}; do
-      tag=$(echo $shape | tr ' ' '_'); bwd_env=()
-      [[ $bwd != default ]] && tag="${bwd}_$tag" && bwd_env=("JAX_DASH_SM90_BWD=$bwd")
-      stage "kbench_$tag" 60 env ${KBENCH_ENV:-} "${bwd_env[@]}" "$D" bench $shape "${BENCH_ITERS:-20}"
+    for i in "${!envs[@]}"; do
+      stage "kbench_${tags[$i]}$(echo $shape | tr ' ' '_')" 60 env ${KBENCH_ENV:-} ${envs[$i]} \
+        "$D" bench $shape "${BENCH_ITERS:-20}"
     done
   done
 fi

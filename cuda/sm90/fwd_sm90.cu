@@ -654,21 +654,24 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 // JAX_DASH_SM90_FWD: "ws" (the default, also when unset or empty), "ws-persistent" (experimental:
 // the same kernel looping over tiles, stage F4; a call with a mask beyond causal runs "ws"'s masked
 // kernel) or "classic".
-bool fwd_kernel_valid() {
+namespace {
+enum class FwdKernel { kWs, kWsPersistent, kClassic, kInvalid };
+FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 ||
-         std::strcmp(v, "ws-persistent") == 0 || std::strcmp(v, "classic") == 0;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0) return FwdKernel::kWs;
+  if (std::strcmp(v, "ws-persistent") == 0) return FwdKernel::kWsPersistent;
+  if (std::strcmp(v, "classic") == 0) return FwdKernel::kClassic;
+  return FwdKernel::kInvalid;
 }
+}  // namespace
+
+bool fwd_kernel_valid() { return requested_fwd_kernel() != FwdKernel::kInvalid; }
 
 bool fwd_uses_warp_specialized() {
-  const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  return v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0 ||
-         std::strcmp(v, "ws-persistent") == 0;
+  const FwdKernel k = requested_fwd_kernel();
+  return k == FwdKernel::kWs || k == FwdKernel::kWsPersistent;
 }
 
-bool fwd_uses_persistent() {
-  const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  return v != nullptr && std::strcmp(v, "ws-persistent") == 0;
-}
+bool fwd_uses_persistent() { return requested_fwd_kernel() == FwdKernel::kWsPersistent; }
 
 }  // namespace jax_dash::sm90

@@ -207,6 +207,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       t.n_lo = band_tiles.first;
       t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
       if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
+      if (t.policy.has_segments() && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
+        narrow_kv_tiles_by_segments(t.policy.m.row, p.seq_q, p.seq_kv, t.row_begin, kBlockM,
+                                    kBlockN, t.n_lo, t.n_hi);
+      }
     }
     t.n_end = max(t.n_hi - t.n_lo, 0);
     return t;
@@ -283,24 +287,32 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       // math warp has released the stage's previous tile (the first use of a stage passes at once);
       // with kPersistent the next tile's Q once every math warp has released this one's.
       warpgroup_registers_decrease<Traits::kProducerRegisters>();
-      if (is_leader) {
+      // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
+      // shuffles: every lane takes part) and its first thread waits and issues the loads;
+      // otherwise that thread alone.
+      if (kMask ? threadIdx.x < 32 : is_leader) {
         int kv_base = 0, q_count = 0;
         for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
           const Tile t = tile_at(tile_index);
           if (t.n_end == 0) return;
-          if constexpr (kPersistent) {
-            if (q_count > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+          if (is_leader) {
+            if constexpr (kPersistent) {
+              if (q_count > 0) {
+                cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+              }
+            }
+            load_q(t);
+            for (int j = 0; j < t.n_end; ++j) {
+              const int it = kv_base + j;
+              const int stage = it % kStages;
+              const int empty_phase = ((it / kStages) & 1) ^ 1;
+              cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
+              load_k(t, j, stage);
+              cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
+              load_v(t, j, stage);
+            }
           }
-          load_q(t);
-          for (int j = 0; j < t.n_end; ++j) {
-            const int it = kv_base + j;
-            const int stage = it % kStages;
-            const int empty_phase = ((it / kStages) & 1) ^ 1;
-            cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
-            load_k(t, j, stage);
-            cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
-            load_v(t, j, stage);
-          }
+          if constexpr (kMask) __syncwarp();
           kv_base += t.n_end;
           ++q_count;
         });

@@ -6,10 +6,12 @@
 
 #include <cute/tensor.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/mask.h"
+#include "cuda/sm90/async_ops.cuh"  // JAX_DASH_INLINE
 
 namespace jax_dash::sm90 {
 
@@ -89,6 +91,47 @@ struct PolicyMask {
     }
   }
 };
+
+// The smallest and largest of ids[begin, end), computed by a whole warp (every lane of it calls
+// this and gets the result); an empty range gives lo > hi, which meets no other range.
+__device__ __forceinline__ SegmentRange warp_segment_range(const int32_t* ids, int64_t begin,
+                                                           int64_t end) {
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  for (int64_t x = begin + int64_t(threadIdx.x % 32); x < end; x += 32) {
+    const int32_t id = __ldg(ids + x);
+    lo = min(lo, id);
+    hi = max(hi, id);
+  }
+  CUTE_UNROLL
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+  }
+  return SegmentRange{lo, hi};
+}
+
+// Narrows the KV tiles [n_lo, n_hi) of the query tile whose rows start at r0 to those whose key ids
+// can equal one of the tile's query ids: a KV tile whose id range does not meet the query rows'
+// range holds no pair with equal ids, so no query of the tile sees any of its keys and skipping it
+// changes nothing (a fully hidden tile adds exact zeros to the softmax sums and to O). Exact for any
+// ids; for packed rows (non-decreasing ids) what remains is the tiles of the documents the query
+// tile touches. Rows past the query length see nothing (their ids are not read); keys past the
+// key length are not read either. Called by whole warps: the ranges use warp shuffles.
+__device__ __forceinline__ void narrow_kv_tiles_by_segments(const MaskRow& row, int64_t seq_q,
+                                                            int64_t seq_kv, int64_t r0,
+                                                            int block_m, int block_n, int& n_lo,
+                                                            int& n_hi) {
+  const int64_t q_end = min(min(r0 + block_m, seq_q), row.q_length);
+  const int64_t kv_end = min(seq_kv, row.kv_length);
+  const SegmentRange q = warp_segment_range(row.q_segment_ids, r0, q_end);
+  auto meets = [&](int n) JAX_DASH_INLINE {
+    const int64_t c0 = int64_t(n) * block_n;
+    const SegmentRange kv = warp_segment_range(row.kv_segment_ids, c0, min(c0 + block_n, kv_end));
+    return q.lo <= q.hi && kv.lo <= kv.hi && !(q.hi < kv.lo || kv.hi < q.lo);
+  };
+  while (n_lo < n_hi && !meets(n_lo)) ++n_lo;
+  while (n_hi > n_lo && !meets(n_hi - 1)) --n_hi;
+}
 
 // logits = cap * tanh(scale * s / cap), in log2 units (scale_over_cap = scale / cap).
 template <class Tensor>

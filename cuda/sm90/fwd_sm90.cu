@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     int m_block, head, batch, kv_head, n_lo, n_hi, n_end;
     int64_t row_begin;
     PolicyMask policy;  // kMask: this batch row's whole mask
+    SegmentRange q_segments;  // kMask with segment ids: the query rows' id range
   };
   auto tile_at = [&](int64_t tile_index) JAX_DASH_INLINE {
     Tile t;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     t.n_lo = 0;
     t.n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
     t.policy = PolicyMask{};
+    t.q_segments = SegmentRange{1, 0};  // empty: set below where the row has segment ids
     if (kMask && p.has_mask) {
       t.policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
                                                p.kv_segments, p.seq_q, p.seq_kv, t.batch)};
@@ -208,8 +210,9 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
       if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
       if (t.policy.has_segments() && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
-        narrow_kv_tiles_by_segments(t.policy.m.row, p.seq_q, p.seq_kv, t.row_begin, kBlockM,
-                                    kBlockN, t.n_lo, t.n_hi);
+        t.q_segments = query_tile_segments(t.policy.m.row, p.seq_q, t.row_begin, kBlockM);
+        narrow_kv_tiles_by_segments(t.policy.m.row, t.q_segments, p.seq_kv, kBlockN, t.n_lo,
+                                    t.n_hi);
       }
     }
     t.n_end = max(t.n_hi - t.n_lo, 0);
@@ -443,9 +446,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       }
       const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
       if (kMask && p.has_mask) {
-        if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
-          policy.apply(scores, score_coords, row_begin, col_begin);
-        }
+        // With segment ids a tile inside one document on both sides needs no element test (the
+        // tile test of cuda/mask.h on the two id ranges); without, the band and the lengths decide.
+        const bool needs_mask =
+            policy.has_segments()
+                ? policy.m.tile(row_begin, kBlockM, col_begin, kBlockN, tile.q_segments,
+                                kv_tile_segments(policy.m.row, p.seq_kv, n_hi - 1 - j, kBlockN)) !=
+                      TileVisibility::kFull
+                : policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN);
+        if (needs_mask) policy.apply(scores, score_coords, row_begin, col_begin);
       } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
         mask.apply(scores, score_coords, row_begin, col_begin);
       }

@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     int m_block, head, batch, kv_head, n_lo, n_hi, n_end;
     int64_t row_begin;
     PolicyMask policy;  // kMask: this batch row's whole mask
+    SegmentRange q_segments;  // kMask with segment ids: the query rows' id range
   };
   auto tile_at = [&](int64_t tile_index) JAX_DASH_INLINE {
     Tile t;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
     t.n_lo = 0;
     t.n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
     t.policy = PolicyMask{};
+    t.q_segments = SegmentRange{1, 0};  // empty: set below where the row has segment ids
     if (kMask && p.has_mask) {
       t.policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
                                                p.kv_segments, p.seq_q, p.seq_kv, t.batch)};
@@ -207,6 +209,11 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       t.n_lo = band_tiles.first;
       t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
       if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
+      if (t.policy.has_segments() && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
+        t.q_segments = query_tile_segments(t.policy.m.row, p.seq_q, t.row_begin, kBlockM);
+        narrow_kv_tiles_by_segments(t.policy.m.row, t.q_segments, p.seq_kv, kBlockN, t.n_lo,
+                                    t.n_hi);
+      }
     }
     t.n_end = max(t.n_hi - t.n_lo, 0);
     return t;
@@ -283,24 +290,32 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       // math warp has released the stage's previous tile (the first use of a stage passes at once);
       // with kPersistent the next tile's Q once every math warp has released this one's.
       warpgroup_registers_decrease<Traits::kProducerRegisters>();
-      if (is_leader) {
+      // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
+      // shuffles: every lane takes part) and its first thread waits and issues the loads;
+      // otherwise that thread alone.
+      if (kMask ? threadIdx.x < 32 : is_leader) {
         int kv_base = 0, q_count = 0;
         for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
           const Tile t = tile_at(tile_index);
           if (t.n_end == 0) return;
-          if constexpr (kPersistent) {
-            if (q_count > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+          if (is_leader) {
+            if constexpr (kPersistent) {
+              if (q_count > 0) {
+                cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+              }
+            }
+            load_q(t);
+            for (int j = 0; j < t.n_end; ++j) {
+              const int it = kv_base + j;
+              const int stage = it % kStages;
+              const int empty_phase = ((it / kStages) & 1) ^ 1;
+              cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
+              load_k(t, j, stage);
+              cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
+              load_v(t, j, stage);
+            }
           }
-          load_q(t);
-          for (int j = 0; j < t.n_end; ++j) {
-            const int it = kv_base + j;
-            const int stage = it % kStages;
-            const int empty_phase = ((it / kStages) & 1) ^ 1;
-            cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
-            load_k(t, j, stage);
-            cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
-            load_v(t, j, stage);
-          }
+          if constexpr (kMask) __syncwarp();
           kv_base += t.n_end;
           ++q_count;
         });
@@ -431,9 +446,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       }
       const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
       if (kMask && p.has_mask) {
-        if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
-          policy.apply(scores, score_coords, row_begin, col_begin);
-        }
+        // With segment ids a tile inside one document on both sides needs no element test (the
+        // tile test of cuda/mask.h on the two id ranges); without, the band and the lengths decide.
+        const bool needs_mask =
+            policy.has_segments()
+                ? policy.m.tile(row_begin, kBlockM, col_begin, kBlockN, tile.q_segments,
+                                kv_tile_segments(policy.m.row, p.seq_kv, n_hi - 1 - j, kBlockN)) !=
+                      TileVisibility::kFull
+                : policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN);
+        if (needs_mask) policy.apply(scores, score_coords, row_begin, col_begin);
       } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
         mask.apply(scores, score_coords, row_begin, col_begin);
       }

@@ -6,10 +6,12 @@
 
 #include <cute/tensor.hpp>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/mask.h"
+#include "cuda/sm90/async_ops.cuh"  // JAX_DASH_INLINE
 
 namespace jax_dash::sm90 {
 
@@ -89,6 +91,56 @@ struct PolicyMask {
     }
   }
 };
+
+// The smallest and largest of ids[begin, end), computed by a whole warp (every lane of it calls
+// this and gets the result); an empty range gives lo > hi, which meets no other range.
+__device__ __forceinline__ SegmentRange warp_segment_range(const int32_t* ids, int64_t begin,
+                                                           int64_t end) {
+  int32_t lo = INT32_MAX, hi = INT32_MIN;
+  for (int64_t x = begin + int64_t(threadIdx.x % 32); x < end; x += 32) {
+    const int32_t id = __ldg(ids + x);
+    lo = min(lo, id);
+    hi = max(hi, id);
+  }
+  CUTE_UNROLL
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+  }
+  return SegmentRange{lo, hi};
+}
+
+// Narrows the KV tiles [n_lo, n_hi) of a query tile (its rows' id range q) to those whose key ids
+// can equal one of the tile's query ids: a KV tile whose id range does not meet the query rows'
+// range holds no pair with equal ids, so no query of the tile sees any of its keys and skipping it
+// changes nothing (a fully hidden tile adds exact zeros to the softmax sums and to O). Exact for any
+// ids; for packed rows (non-decreasing ids) what remains is the tiles of the documents the query
+// tile touches. Rows past the query length see nothing (their ids are not read); keys past the
+// key length are not read either. Called by whole warps: the ranges use warp shuffles.
+// The segment-id range of the query rows [r0, r0 + block_m) that have a length (whole warp).
+__device__ __forceinline__ SegmentRange query_tile_segments(const MaskRow& row, int64_t seq_q,
+                                                            int64_t r0, int block_m) {
+  return warp_segment_range(row.q_segment_ids, r0, min(min(r0 + block_m, seq_q), row.q_length));
+}
+
+// The segment-id range of KV tile n's keys that have a length (whole warp).
+__device__ __forceinline__ SegmentRange kv_tile_segments(const MaskRow& row, int64_t seq_kv, int n,
+                                                         int block_n) {
+  const int64_t c0 = int64_t(n) * block_n;
+  return warp_segment_range(row.kv_segment_ids, c0,
+                            min(c0 + block_n, min(seq_kv, row.kv_length)));
+}
+
+__device__ __forceinline__ void narrow_kv_tiles_by_segments(const MaskRow& row, SegmentRange q,
+                                                            int64_t seq_kv, int block_n, int& n_lo,
+                                                            int& n_hi) {
+  auto meets = [&](int n) JAX_DASH_INLINE {
+    const SegmentRange kv = kv_tile_segments(row, seq_kv, n, block_n);
+    return q.lo <= q.hi && kv.lo <= kv.hi && !(q.hi < kv.lo || kv.hi < q.lo);
+  };
+  while (n_lo < n_hi && !meets(n_lo)) ++n_lo;
+  while (n_hi > n_lo && !meets(n_hi - 1)) --n_hi;
+}
 
 // logits = cap * tanh(scale * s / cap), in log2 units (scale_over_cap = scale / cap).
 template <class Tensor>

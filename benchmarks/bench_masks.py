@@ -143,6 +143,9 @@ def build_parser():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--cudnn", action="store_true",
                    help="also time jax.nn's cuDNN attention where it takes the mask")
+    p.add_argument("--packed-schedules", default="",
+                   help="comma-separated backward schedules to time the packed point with, beside "
+                        "'auto' (e.g. descending,symmetric_shift)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     return p
 
@@ -152,17 +155,30 @@ def main(argv=None) -> int:
     for name in ("seq", "window", "doc_mean", "tokens", "hidden", "head_dim", "iters"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    from jax_dash.attention import SCHEDULES
+    packed_schedules = [name for name in args.packed_schedules.split(",") if name]
+    for name in packed_schedules:
+        if name not in SCHEDULES:
+            raise SystemExit(f"--packed-schedules: {name!r} is not a schedule; choose from "
+                             f"{', '.join(SCHEDULES)}")
     results = []
     for point in mask_points(args.seq, args.window, args.doc_mean, args.tokens, args.hidden,
                              args.head_dim):
-        impls = ["jax_dash"] + (["cudnn"] if args.cudnn and "query_segment_ids"
-                                not in point["kwargs"] else [])
+        packed = "query_segment_ids" in point["kwargs"]
+        impls = ["jax_dash"] + (["cudnn"] if args.cudnn and not packed else [])
+        variants = [point]
+        if packed:  # the same point under other backward schedules, one row each
+            variants += [dict(point, name=f"{point['name']}_{schedule}",
+                              kwargs=dict(point["kwargs"], schedule=schedule))
+                         for schedule in packed_schedules]
         for impl in impls:
-            record = run_point(point, iters=args.iters, dtype=args.dtype, impl=impl)
-            results.append(record)
-            print(f"{record['name']:>22} {impl:>8}: visible {record['visible_fraction']:.3f} of "
-                  f"S^2, fwd {record['fwd_tflops']:.2f} TFLOP/s, bwd {record['bwd_tflops']:.2f} "
-                  "TFLOP/s (visible work)", file=sys.stderr)
+            for variant in variants if impl == "jax_dash" else [point]:
+                record = run_point(variant, iters=args.iters, dtype=args.dtype, impl=impl)
+                results.append(record)
+                print(f"{record['name']:>22} {impl:>8}: visible "
+                      f"{record['visible_fraction']:.3f} of S^2, fwd {record['fwd_tflops']:.2f} "
+                      f"TFLOP/s, bwd {record['bwd_tflops']:.2f} TFLOP/s (visible work)",
+                      file=sys.stderr)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -115,6 +115,8 @@ struct BwdWorkspaceLayout {
   int64_t dkv_semaphore;  // [batch, num_kv_heads, Nkv]  (GQA only)
   int64_t item_counter;   // [batch]: element 0 = next sm90 backward work item (sized by batch only
                           // to keep every size linear in batch)
+  int64_t tile_segments;  // [batch, Nq + Nkv] SegmentRange (2 x int32): with segment ids, the id
+                          // range of each query tile, then of each key tile (sm90 backward only)
   int64_t i32_size;
 };
 
@@ -147,6 +149,8 @@ JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_
   off += gqa ? batch * num_kv_heads * nkv : 0;
   w.item_counter = off;
   off += batch;
+  w.tile_segments = off;
+  off += batch * (nq + nkv) * 2;
   w.i32_size = off;
   return w;
 }

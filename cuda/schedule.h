@@ -9,9 +9,14 @@
 //     j <= i, and/or a local window i - left <= j <= i + right). The Q tiles that see a KV tile
 //     form one contiguous range [first_q_tile, end_q_tile), and so do the KV tiles a Q tile sees.
 //   data masks (lengths, segment ids) are NOT part of the schedule: tickets come from the band
-//     only. A pair the data hides is skipped (not computed) but still takes its ticket and gives it
-//     up without adding, so the order of the real adds is the band's, and deadlock freedom is the
-//     static argument below (the DAG and its edges are the band's).
+//     only. A pair the data hides is skipped (not computed); the order of the real adds is the
+//     band's either way. The CPU kernels hand its ticket over (take it, give it up without adding),
+//     so deadlock freedom is the static argument below as it is. The sm90 backward leaves such a
+//     pair out of the item's visit order and gives a visible pair the ticket of its rank among the
+//     tile's visible contributors in the band's ticket order (same adds, same order, same bits);
+//     each of its waits is one the band's chain already implied (the chain ran through the
+//     dropped pairs), so the argument still holds, with "step" read as the band's step
+//     (jax_dash/schedules.py without_hidden_pairs models it; its deadlock sweep covers it).
 //   item: one unit of work for one CTA (a KV tile, or a pair of KV tiles for symmetric_shift).
 //     Items are numbered globally g = head_linear * items_per_head + item.
 //   wave: the wave width W = the number of items resident at once (on the GPU the persistent grid,

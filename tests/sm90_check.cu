@@ -24,6 +24,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -393,6 +395,45 @@ struct DeviceProblem {
   }
 };
 
+// The steps the masked backward computes: the band's (KV tile, Q tile) steps whose tile pair some
+// query can see by cuda/mask.h's tile test (past a length, or segment-id ranges that do not meet),
+// over the rows and keys that have a length, summed over the heads. A step the data hides must not
+// be computed (bwd_main_ws.cuh leaves it out of the visit order).
+std::vector<double> trace_sums(const AttentionParams& p);
+int64_t expected_bwd_steps(const Case& c, const AttentionParams& p) {
+  using jax_dash::SegmentRange;
+  const jax_dash::ScheduleProblem sp =
+      jax_dash::schedule_problem(p, jax_dash::tile_config(c.head_dim), p.wave);
+  int64_t steps = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    std::vector<int32_t> qs(c.seq_q), ks(c.seq_kv);
+    for (int64_t i = 0; i < c.seq_q; ++i) qs[i] = segment_id(c, i);
+    for (int64_t j = 0; j < c.seq_kv; ++j) ks[j] = segment_id(c, j);
+    const int64_t qlen = query_length(c, b), klen = key_length(c, b);
+    jax_dash::MaskPolicy mp{jax_dash::mask_band(p),
+                            jax_dash::MaskRow{qlen, klen, c.segment_length > 0 ? qs.data() : nullptr,
+                                              c.segment_length > 0 ? ks.data() : nullptr}};
+    auto range = [](const std::vector<int32_t>& ids, int64_t begin, int64_t end) {
+      return end > begin ? jax_dash::segment_range(ids.data(), begin, end)
+                         : SegmentRange{INT32_MAX, INT32_MIN};
+    };
+    int64_t row_steps = 0;
+    for (int n = 0; n < sp.num_kv_tiles; ++n) {
+      const int64_t c0 = int64_t(n) * sp.block_n;
+      const SegmentRange kr = range(ks, c0, std::min({c0 + sp.block_n, c.seq_kv, klen}));
+      for (int s = 0; s < jax_dash::q_visit_count(sp, 0, n); ++s) {
+        const int m = jax_dash::q_visit_tile(sp, 0, n, s);
+        const int64_t r0 = int64_t(m) * sp.block_m;
+        const SegmentRange qr = range(qs, r0, std::min({r0 + sp.block_m, c.seq_q, qlen}));
+        row_steps += mp.tile(r0, sp.block_m, c0, sp.block_n, qr, kr) !=
+                     jax_dash::TileVisibility::kInvisible;
+      }
+    }
+    steps += row_steps * c.heads;
+  }
+  return steps;
+}
+
 bool run_case(const Case& c) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   std::printf("case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s %s",
@@ -486,6 +527,17 @@ bool run_case(const Case& c) {
     std::printf("  bwd   float32 gradients round to the 16-bit ones: %s\n", rounded ? "ok" : "FAIL");
     ok &= rounded;
   }
+  if ((c.lengths || c.segment_length > 0) && jax_dash::sm90::bwd_uses_warp_specialized(d.p)) {
+    // Rows with lengths or segment ids: only the steps some query can see are computed.
+    const std::vector<double> sums = trace_sums(d.p);
+    const int64_t computed = static_cast<int64_t>(sums[sums.size() - 2]);
+    const int64_t expected = expected_bwd_steps(c, d.p);
+    const bool same = computed == expected;
+    std::printf("  bwd   steps computed %lld, visible tile pairs %lld: %s\n",
+                static_cast<long long>(computed), static_cast<long long>(expected),
+                same ? "ok" : "FAIL");
+    ok &= same;
+  }
   std::printf("  wave %d: %s\n", d.p.wave, ok ? "PASS" : "FAIL");
   return ok;
 }
@@ -553,7 +605,8 @@ int variants(const Case* cases, size_t n) {
 
 // One more backward with the per-role wait trace on: where each role of the warp-specialized kernel
 // waits, as a share of the math warpgroups' cycles, summed over CTAs (slots: WsTraceSlot).
-void print_trace(const AttentionParams& p) {
+// The trace of one backward, each slot summed over the CTAs.
+std::vector<double> trace_sums(const AttentionParams& p) {
   const int slots = jax_dash::sm90::bwd_trace_slots();
   const size_t n = static_cast<size_t>(p.wave) * slots;
   unsigned long long* trace = nullptr;
@@ -567,6 +620,12 @@ void print_trace(const AttentionParams& p) {
   CHECK_CUDA(cudaFree(trace));
   std::vector<double> sum(slots, 0.0);
   for (size_t i = 0; i < n; ++i) sum[i % slots] += static_cast<double>(host[i]);
+  return sum;
+}
+
+void print_trace(const AttentionParams& p) {
+  const int slots = jax_dash::sm90::bwd_trace_slots();
+  const std::vector<double> sum = trace_sums(p);
   // Slot order: cuda/sm90/bwd_main_ws.cuh WsTraceSlot (the last three: units, steps, cycles).
   const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
                          "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
@@ -712,6 +771,11 @@ int main(int argc, char** argv) {
         masked({2, 400, 400, 4, 2, 128, true, Schedule::kAscending, bf16}, 80, 3, true, 90, 2.0),
         masked({2, 513, 700, 2, 1, 64, false, Schedule::kDescending, fp16}, 100, 100, true, 64,
                0),
+        // Data-hidden tile pairs under the rotating schedules' tickets (ranks among the visible
+        // contributors in their ticket order).
+        masked({1, 1024, 1024, 2, 2, 128, true, Schedule::kSymmetricShift, bf16}, -1, -1, false,
+               150, 0),
+        masked({2, 640, 640, 2, 1, 64, false, Schedule::kShift, fp16}, -1, -1, true, 130, 0),
     };
     std::printf("masked kernels (forward ws, backward ws-rs)\n");
     int failed = 0;

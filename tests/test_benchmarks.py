@@ -308,9 +308,15 @@ def test_mask_points_run_on_cpu(tmp_path):
     out = tmp_path / "masks.json"
     assert bench_masks.main(["--seq", "256", "--window", "64", "--doc-mean", "40", "--tokens",
                              "256", "--hidden", "64", "--head-dim", "32", "--dtype", "float32",
-                             "--iters", "1", "--out", str(out)]) == 0
+                             "--iters", "1", "--packed-schedules", "descending",
+                             "--out", str(out)]) == 0
     records = {r["name"]: r for r in json.loads(out.read_text())}
-    assert set(records) == {"causal", "sliding_window_64", "packed_mean_40"}
+    assert set(records) == {"causal", "sliding_window_64", "packed_mean_40",
+                            "packed_mean_40_descending"}
+    assert (records["packed_mean_40_descending"]["visible_pairs_per_row_head"]
+            == records["packed_mean_40"]["visible_pairs_per_row_head"])
+    with pytest.raises(SystemExit, match="--packed-schedules: 'sideways'"):
+        bench_masks.main(["--seq", "256", "--packed-schedules", "sideways"])
     window = records["sliding_window_64"]
     assert window["visible_pairs_per_row_head"] == 64 * 65 // 2 + (256 - 64) * 64
     assert records["causal"]["visible_pairs_per_row_head"] == 256 * 257 // 2

@@ -107,6 +107,16 @@ auto main_kernel() {
   }
 }
 
+// Whether Traits is a masked instantiation (bwd_main_ws.cuh kMask; the classic kernel has none).
+template <class Traits>
+constexpr bool has_mask_policy_instance() {
+  if constexpr (Traits::kWarpSpecialized) {
+    return Traits::kMask;
+  } else {
+    return false;
+  }
+}
+
 // Whether one CTA of Traits' main kernel fits in the device's shared memory for this seq_q.
 template <class Traits>
 bool fits_shared_memory(const AttentionParams& p) {
@@ -274,6 +284,16 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
             static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,
             p.workspace_f32 + ws.dsum, p.workspace_f32 + ws.lse_log2, p.batch, p.seq_q,
             p.num_heads, rows_q);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+
+  if (has_mask_policy_instance<Traits>() && p.q_segment_ids != nullptr && p.batch > 0) {
+    const int tiles = sp.num_q_tiles + sp.num_kv_tiles;
+    const dim3 blocks(static_cast<unsigned>(ceil_div(tiles, bwd::kTileSegmentWarps)),
+                      static_cast<unsigned>(std::min<int64_t>(p.batch, 65535)));
+    bwd::bwd_tile_segments_kernel<<<blocks, bwd::kTileSegmentWarps * 32, 0, stream>>>(
+        p, sp.block_m, sp.block_n, sp.num_q_tiles, sp.num_kv_tiles,
+        reinterpret_cast<SegmentRange*>(p.workspace_i32 + ws.tile_segments));
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 

@@ -121,7 +121,7 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
                                   has_seq_lengths=has_lengths, has_segment_ids=has_segments)
 
     if schedule == "auto":
-        schedule = _auto_schedule(query, key, bool(is_causal), window)
+        schedule = _auto_schedule(query, key, bool(is_causal), window, has_segments)
     if unbatched:
         query, key, value = query[None], key[None], value[None]
     # Inside shard_map, operands that vary over fewer mesh axes than the others (K/V of
@@ -241,12 +241,12 @@ def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, mask_arrays, is_causal,
     return jax.lax.cond(scale != 0, nonzero_scale, zero_scale).astype(scale.dtype)
 
 
-def _auto_schedule(query, key, is_causal, window=None):
+def _auto_schedule(query, key, is_causal, window=None, segment_ids=False):
     """The schedule for ``schedule="auto"``: ``jax_dash.schedules.choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, causal + window band) and the nominal wave of the device the
-    computation runs on. Batch size, head count and the data (lengths, segment ids) are
-    deliberately not passed: under vmap, sharding or a different batch the same sequence must get
-    the same schedule, hence the same bits.
+    problem (seq_q, seq_kv, head_dim, causal + window band, whether segment ids are given) and the
+    nominal wave of the device the computation runs on. Batch size, head count and the data
+    (lengths, the segment ids' values) are deliberately not passed: under vmap, sharding or a
+    different batch the same sequence must get the same schedule, hence the same bits.
 
     The device: that of concrete (not traced) inputs; for traced inputs it is not known before
     lowering, so the choice is made per platform (CPU and, where JAX has one, the GPU) and
@@ -257,7 +257,7 @@ def _auto_schedule(query, key, is_causal, window=None):
     def choose(wave):
         return schedules.choose_schedule(seq_q=query.shape[-3], seq_kv=key.shape[-3],
                                          head_dim=query.shape[-1], is_causal=is_causal, wave=wave,
-                                         window=window)
+                                         window=window, segment_ids=segment_ids)
 
     device = _device_of(query, key)
     if device is not None:

@@ -714,16 +714,20 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
 
 @functools.lru_cache(maxsize=1024)
 def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
-                    wave: int, window: tuple[int, int] | None = None) -> str:
+                    wave: int, window: tuple[int, int] | None = None,
+                    segment_ids: bool = False) -> str:
     """The schedule ``schedule="auto"`` runs: a function of ONE head's problem and the nominal
     wave width (the GPU model's resident backward CTAs), never of the batch size, the number of
     heads or how the call is sharded, so that auto's bits are as batch- and sharding-invariant as
     every schedule's (a sharded run sees fewer heads; a vmapped one a larger batch).
 
+    ``segment_ids``: whether the call passes segment ids (packed rows). That they are given is a
+    static property of the call, like the window; their values (the data) are never looked at.
+
     Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
-    window that cuts a tile pair) and a head is one slice (Nkv / 2 <= wave); otherwise
-    ``descending`` (so a sliding window that cuts tiles gets ``descending``, which visits each
-    KV tile's band from its bottom). Why:
+    window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
+    given; otherwise ``descending`` (so a sliding window that cuts tiles gets ``descending``,
+    which visits each KV tile's band from its bottom). Why:
 
     * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -731,6 +735,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       wave) the simulator shows it losing (a slice waits for the previous slice's short columns
       on every tile), so auto keeps it to one slice per head, which also gives the same bits on
       every GPU with at least Nkv / 2 resident CTAs.
+    * segment ids: the Hopper backward leaves the tile pairs no query can see out of its visit
+      order, so on packed rows most of a KV tile's band is gone and symmetric_shift's pairing of
+      a long and a short column no longer balances anything: measured on an H100 (16k tokens,
+      documents of mean 2k, hd128, causal; benchmarks/results/perf-notes.md, fifth session call
+      2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
     * full mask: shift and descending measured within 6% of each other (shift ahead at 2k,
       level or behind at 8k), and the simulator's steady state puts them within ~2% where a head is
       one slice and shift behind where it is not: nothing clearly faster, so auto takes
@@ -741,7 +750,7 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     """
     p = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
                      is_causal=is_causal, wave=wave, window=window)
-    if p.is_causal:
+    if p.is_causal and not segment_ids:
         effective, items_per_head = _ext.schedule_summary(
             _schedule_id("symmetric_shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, True, p.wave,
             *_window_args(p))

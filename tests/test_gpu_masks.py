@@ -18,7 +18,7 @@ import pytest
 import jax_dash
 from helpers import (GPU_MARKS, assert_close_to_reference, attention_and_grads, hopper_devices,
                      random_inputs, references)
-from test_masks import CASES, DETERMINISTIC, _mask_args
+from test_masks import CASES, DETERMINISTIC, _mask_args, _segments
 
 
 HOPPER = (hopper_devices() or [None])[0]
@@ -66,6 +66,29 @@ def test_masks_bitwise_over_repetitions(schedule, head_dim):
         for _ in range(100):
             for a, b in zip(first, grad_fn(dout)):
                 np.testing.assert_array_equal(a, np.asarray(b))
+
+
+@pytest.mark.parametrize("head_dim", (64, 128))
+def test_dropped_hidden_pairs_keep_the_band_order(head_dim):
+    """The Hopper backward leaves the tile pairs that lengths and segment ids hide out of its
+    visit order and gives a kept pair the ticket of its rank among its dQ tile's visible
+    contributors: the adds keep the band's order, so ascending and descending (the same band
+    tickets, opposite visit orders) still give the same dQ bits. And auto, given segment ids,
+    runs descending (the same bits)."""
+    shape = (2, 1000, 1000, 4, 2, head_dim)
+    mask = dict(is_causal=True, local_window_size=(600, 0),
+                query_seq_lengths=jnp.asarray([990, 700], jnp.int32),
+                key_value_seq_lengths=jnp.asarray([900, 1000], jnp.int32),
+                query_segment_ids=_segments(15, 2, 1000, 5),
+                key_value_segment_ids=_segments(15, 2, 1000, 5))
+    with jax.default_device(HOPPER):
+        q, k, v, dout = random_inputs(7, *shape, jnp.bfloat16)
+        grads = {s: [np.asarray(x) for x in attention_and_grads(
+            lambda q, k, v: jax_dash.attention(q, k, v, schedule=s, **mask), q, k, v, dout)]
+            for s in ("ascending", "descending", "auto")}
+    np.testing.assert_array_equal(grads["ascending"][1], grads["descending"][1])
+    for a, b in zip(grads["auto"], grads["descending"]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_masks_with_the_classic_kernel_are_refused_clearly(monkeypatch):

@@ -352,6 +352,10 @@ def test_choose_schedule():
                                          head_dim=128, wave=wave) == "descending"
     assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=True, head_dim=128,
                                      wave=160) == "symmetric_shift"
+    # Packed rows (segment ids given): descending, causal or not.
+    for causal in (False, True):
+        assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=causal,
+                                         segment_ids=True, **kwargs) == "descending"
     # Whatever it picks runs as itself.
     for seq in (128, 1000, 4096, 4224, 40960):
         for causal in (False, True):
@@ -368,7 +372,8 @@ def test_choose_schedule_sees_one_head_only():
     """Its arguments are one head's problem and the wave: it cannot depend on batch or heads."""
     import inspect
     params = set(inspect.signature(schedules.choose_schedule.__wrapped__).parameters)
-    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave", "window"}
+    assert params == {"seq_q", "seq_kv", "head_dim", "is_causal", "wave", "window",
+                      "segment_ids"}
     with pytest.raises(TypeError):
         schedules.choose_schedule(batch=2, seq_q=64, seq_kv=64, head_dim=64, is_causal=True,
                                   wave=132)

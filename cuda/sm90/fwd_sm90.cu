@@ -153,17 +153,22 @@ constexpr int kTurnBarrier = 1;
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
+// kSegments (kMask only): the call has segment ids; its KV ranges are narrowed by segment-id
+// ranges and its tiles tested on them. Masked calls without segment ids run kSegments = false,
+// which has none of that code (it cost the window point 6-9% of its forward when it was there).
 // kPersistent (kWs only, JAX_DASH_SM90_FWD=ws-persistent; stage F4): one CTA per SM takes query
 // tiles blockIdx.x, blockIdx.x + gridDim.x, ... (heaviest first, as the one-tile grid orders them);
 // the K/V stage ring and Q's barrier run on across tiles, and the math warps release Q (q_empty)
 // after a tile's last S = Q K^T, so the producer loads the next tile's Q and first K/V while the
 // math finishes the tile (last P V, normalisation, epilogue stores). Per tile the arithmetic is
 // the one-tile kernel's: the same bits.
-template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false>
+template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
+          bool kSegments = false>
 __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs>> p) {
   static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
                                                  "warp-specialized kernel");
+  static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
@@ -209,7 +214,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       t.n_lo = band_tiles.first;
       t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
       if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
-      if (t.policy.has_segments() && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
+      if (kSegments && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
         t.q_segments = query_tile_segments(t.policy.m.row, p.seq_q, t.row_begin, kBlockM);
         narrow_kv_tiles_by_segments(t.policy.m.row, t.q_segments, p.seq_kv, kBlockN, t.n_lo,
                                     t.n_hi);
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
       // shuffles: every lane takes part) and its first thread waits and issues the loads;
       // otherwise that thread alone.
-      if (kMask ? threadIdx.x < 32 : is_leader) {
+      if (kSegments ? threadIdx.x < 32 : is_leader) {
         int kv_base = 0, q_count = 0;
         for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
           const Tile t = tile_at(tile_index);
@@ -315,7 +320,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
               load_v(t, j, stage);
             }
           }
-          if constexpr (kMask) __syncwarp();
+          if constexpr (kSegments) __syncwarp();
           kv_base += t.n_end;
           ++q_count;
         });
@@ -448,13 +453,19 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
       if (kMask && p.has_mask) {
         // With segment ids a tile inside one document on both sides needs no element test (the
         // tile test of cuda/mask.h on the two id ranges); without, the band and the lengths decide.
-        const bool needs_mask =
-            policy.has_segments()
-                ? policy.m.tile(row_begin, kBlockM, col_begin, kBlockN, tile.q_segments,
-                                kv_tile_segments(policy.m.row, p.seq_kv, n_hi - 1 - j, kBlockN)) !=
-                      TileVisibility::kFull
-                : policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN);
-        if (needs_mask) policy.apply(scores, score_coords, row_begin, col_begin);
+        // (kSegments: this call's rows have segment ids; the instantiation without them carries
+        // no segment code at all, so its registers are those of the band and lengths alone.)
+        if constexpr (kSegments) {
+          const bool needs_mask =
+              policy.m.tile(row_begin, kBlockM, col_begin, kBlockN, tile.q_segments,
+                            kv_tile_segments(policy.m.row, p.seq_kv, n_hi - 1 - j, kBlockN)) !=
+              TileVisibility::kFull;
+          if (needs_mask) {
+            policy.template apply_impl<true>(scores, score_coords, row_begin, col_begin);
+          }
+        } else if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
+          policy.template apply_impl<false>(scores, score_coords, row_begin, col_begin);
+        }
       } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
         mask.apply(scores, score_coords, row_begin, col_begin);
       }
@@ -573,7 +584,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   });
 }
 
-template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent>
+template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
   FwdKernelParams<Traits> p{};
@@ -609,7 +620,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
 
-  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent, kSegments>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
@@ -638,16 +649,18 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <bool kWs, bool kMask, bool kPersistent = false>
+template <bool kWs, bool kMask, bool kPersistent = false, bool kSegments = false>
 cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
+  using Bf16 = cutlass::bfloat16_t;
+  using Half = cutlass::half_t;
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
     case 64:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 64, kWs, kMask, kPersistent>(p, stream)
-                  : launch_fwd<cutlass::half_t, 64, kWs, kMask, kPersistent>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 64, kWs, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 64, kWs, kMask, kPersistent, kSegments>(p, stream);
     case 128:
-      return bf16 ? launch_fwd<cutlass::bfloat16_t, 128, kWs, kMask, kPersistent>(p, stream)
-                  : launch_fwd<cutlass::half_t, 128, kWs, kMask, kPersistent>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 128, kWs, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 128, kWs, kMask, kPersistent, kSegments>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -663,9 +676,11 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
   // The mask policy is in the one-tile warp-specialized kernel only (the handler checks).
+  // Rows with segment ids take the instantiation that carries their code (kSegments).
   if (needs_masked_kernels(p)) {
-    return fwd_uses_warp_specialized() ? dispatch_fwd<true, true>(p, stream)
-                                       : cudaErrorInvalidValue;
+    if (!fwd_uses_warp_specialized()) return cudaErrorInvalidValue;
+    return p.q_segment_ids != nullptr ? dispatch_fwd<true, true, false, true>(p, stream)
+                                      : dispatch_fwd<true, true>(p, stream);
   }
   if (fwd_uses_persistent()) return dispatch_fwd<true, false, true>(p, stream);
   return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)

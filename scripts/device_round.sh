@@ -21,7 +21,9 @@
 #             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws";
 #             KBENCH_BWD e.g. "ws-rs ws-rs2": every shape once per backward kernel, in turn;
 #             KBENCH_RUNS e.g. "JAX_DASH_SM90_BWD=ws-rs;JAX_DASH_SM90_FWD=ws-persistent": every
-#             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>)
+#             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>;
+#             KBENCH_BASE=path/to/another/jax_dash_sm90_check: each shape timed with it too, right
+#             after, logs kbench_base_<shape>)
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
 #   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
@@ -115,6 +117,13 @@ if has kbench && [[ -n "$D" ]]; then
     for i in "${!envs[@]}"; do
       stage "kbench_${tags[$i]}$(echo $shape | tr ' ' '_')" 60 env ${KBENCH_ENV:-} ${envs[$i]} \
         "$D" bench $shape "${BENCH_ITERS:-20}"
+      # KBENCH_BASE: another driver (e.g. .prebuilt/jax_dash_sm90_check, main's kernels), timed
+      # right after on the same shape and setting, for a before/after in one call.
+      if [[ -n "${KBENCH_BASE:-}" ]]; then
+        chmod +x "$KBENCH_BASE" 2>/dev/null
+        stage "kbench_base_${tags[$i]}$(echo $shape | tr ' ' '_')" 60 env ${KBENCH_ENV:-} \
+          ${envs[$i]} "$KBENCH_BASE" bench $shape "${BENCH_ITERS:-20}"
+      fi
     done
   done
 fi

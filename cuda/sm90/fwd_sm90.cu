@@ -131,6 +131,9 @@ struct FwdKernelParams {
   int32_t num_kv_heads;
   int32_t batch;
   int32_t num_m_blocks;
+  // Tile order: the (batch, head) pairs are taken in groups of group_heads, about one wave of
+  // tiles per group (launch_fwd), so the CTAs that run together share their heads' K and V in L2.
+  int32_t group_heads;
   const float* scale;  // device pointer to the 0-d float32 softmax scale (AttentionParams)
   bool is_causal;
   void* out;
@@ -181,8 +184,8 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
-  // Heaviest query tiles (causal: the last ones) first across all heads, so the tail of the grid
-  // holds the short tiles.
+  // Heaviest query tiles (causal: the last ones) first across each group of heads (tile_at), so the
+  // tail of each group, and of the grid, holds the short tiles.
   const int64_t heads_total = int64_t(p.num_heads) * p.batch;
   const int64_t num_tiles = int64_t(p.num_m_blocks) * heads_total;
   const int num_kv_blocks = int((int64_t(p.seq_kv) + kBlockN - 1) / kBlockN);
@@ -196,8 +199,15 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
   };
   auto tile_at = [&](int64_t tile_index) JAX_DASH_INLINE {
     Tile t;
-    t.m_block = p.num_m_blocks - 1 - int(tile_index / heads_total);
-    const int64_t bh = tile_index % heads_total;
+    // Group g holds heads [g * group_heads, ...) (the last group may hold fewer); inside a group
+    // the heaviest query tiles (causal: the last ones) come first, across the group's heads.
+    const int64_t group_tiles = int64_t(p.group_heads) * p.num_m_blocks;
+    const int64_t group = tile_index / group_tiles;
+    const int64_t in_group = tile_index - group * group_tiles;
+    const int64_t first_head = group * p.group_heads;
+    const int64_t group_size = min(int64_t(p.group_heads), heads_total - first_head);
+    t.m_block = p.num_m_blocks - 1 - int(in_group / group_size);
+    const int64_t bh = first_head + in_group % group_size;
     t.head = int(bh % p.num_heads);
     t.batch = int(bh / p.num_heads);
     t.kv_head = t.head / (p.num_heads / p.num_kv_heads);
@@ -608,6 +618,19 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.num_kv_heads = ap.num_kv_heads;
   p.batch = batch;
   p.num_m_blocks = static_cast<int32_t>(ceil_div(ap.seq_q, Traits::kBlockM));
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return err;
+  sms = std::max(sms, 1);
+  // About one wave of tiles per group of heads: taken head-major across all heads (the order
+  // before), the CTAs of a wave at 2k tokens each read another head's K and V, and every query
+  // tile's read of them came from HBM; grouped, a wave reads ~ceil(SMs / Nq) heads' K and V, each
+  // shared by its query tiles in L2.
+  const int64_t per_wave = ceil_div(int64_t(sms), int64_t(p.num_m_blocks));
+  p.group_heads = static_cast<int32_t>(
+      std::min<int64_t>(int64_t(ap.num_heads) * ap.batch, std::max<int64_t>(1, per_wave)));
   p.scale = ap.scale_ptr;
   p.is_causal = ap.is_causal;
   p.out = ap.out;
@@ -621,8 +644,8 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.soft_cap = ap.logits_soft_cap;
 
   auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent, kSegments>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Traits::kSmemBytes);
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   if constexpr (kWs) {
     // setmaxnreg moves registers between warpgroups inside the launch allocation: the math
@@ -638,11 +661,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   if constexpr (kPersistent) {
     // One CTA per SM (the registers of 384 threads at the math warps' 240 allow no second), each
     // looping over its tiles.
-    int device = 0, sms = 0;
-    if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-      return err;
-    grid = std::min<int64_t>(num_tiles, std::max(sms, 1));
+    grid = std::min<int64_t>(num_tiles, sms);
   }
   kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Traits::kThreads), Traits::kSmemBytes,
            stream>>>(p);

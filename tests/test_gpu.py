@@ -82,6 +82,16 @@ def test_forward_matches_reference(seqs, is_causal, head_dim, dtype):
     _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
 
 
+# The forward takes its query tiles in groups of about ceil(SMs / Nq) heads (fwd_sm90.cu tile_at):
+# 64 (batch, head) pairs of 16 query tiles make 8 groups on a 132-SM GPU, the last one partial;
+# every output row is checked, so a tile computed twice or never would show.
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_forward_over_many_head_groups(is_causal, head_dim):
+    q, k, v = _inputs(jax.random.key(15), 4, 2048, 2048, 16, 4, head_dim, jnp.bfloat16)
+    _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
+
+
 # 32 and 96 run the head_dim-64/128 kernels on zero-padded operands (jax_dash/_ffi.py).
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
 @pytest.mark.parametrize("gqa", [(3, 3), (6, 3), (16, 2)], ids=["mha", "gqa2", "gqa8"])

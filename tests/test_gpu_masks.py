@@ -4,7 +4,7 @@ The warp-specialized Hopper kernels carry the mask policy of ``cuda/mask.h`` (wi
 lengths, segment ids, the soft cap); these tests first passed on an H100 on 2026-11-23 (head_dim
 64 and 128). Accuracy against the dense-mask reference and bitwise repetition per schedule at
 head_dim 64, 96 (the head_dim-128 kernels on zero-padded operands, jax_dash/_ffi.py) and 128; a
-head_dim above 128 (256 is not in the Hopper kernels yet) is refused with a clear error.
+head_dim above 128 runs the forward (at 256) and has its backward refused with a clear error.
 Every test here is marked ``gpu`` and needs a CUDA GPU of compute capability 9.0.
 """
 
@@ -24,7 +24,7 @@ from test_masks import CASES, DETERMINISTIC, _mask_args, _segments
 HOPPER = (hopper_devices() or [None])[0]
 pytestmark = GPU_MARKS
 ATOL = {jnp.bfloat16: 1e-3, jnp.float16: 1e-3}
-# The Hopper kernels' head dims, and 96 (run zero-padded to 128); 256 is refused (tested below).
+# The Hopper kernels' head dims, and 96 (run zero-padded to 128); above 128 forward only (below).
 HEAD_DIMS = (64, 96, 128)
 
 

@@ -114,7 +114,8 @@ def default_mask_arrays(q, k):
 
 
 # ---- head dims the Hopper kernels do not have -------------------------------------------------
-# The Hopper kernels are compiled for head_dim 64 and 128. A smaller multiple of 8 runs them on
+# The Hopper kernels are compiled for head_dim 64 and 128 (and the forward for 256). A smaller
+# multiple of 8 runs them on
 # operands zero-padded along head_dim (on "cuda" only, chosen at lowering by
 # lax.platform_dependent; the CPU kernels take every multiple of 8 up to 256 as it is): the zero
 # columns add exact zeros to every Q.K dot product and to dO.O, and produce zero output and gradient
@@ -125,12 +126,12 @@ PAD_PLATFORMS = ("cuda",)
 
 
 def hopper_head_dim(head_dim: int) -> int:
-    """The head_dim the Hopper kernels run a call of ``head_dim`` at: 64 or 128 (the next of
-    them), or ``head_dim`` itself above 128 (which the GPU handler refuses)."""
-    if head_dim <= 64:
-        return 64
-    if head_dim <= 128:
-        return 128
+    """The head_dim the Hopper kernels run a call of ``head_dim`` at: 64, 128 or 256 (the next
+    of them; 256 has a forward only, and the GPU handler refuses its backward with a clear error),
+    or ``head_dim`` itself above 256 (refused before it gets here)."""
+    for width in (64, 128, 256):
+        if head_dim <= width:
+            return width
     return head_dim
 
 

@@ -42,7 +42,7 @@ from jax_dash._ffi import SCHEDULE_IDS
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_IDS.items()}
 # Schedules "auto" chooses from (see choose_schedule for the rule and why).
-AUTO_CANDIDATES = ("symmetric_shift", "descending")
+AUTO_CANDIDATES = ("symmetric_shift", "shift", "descending")
 
 _DQ, _DKV = 0, 1  # node kinds
 
@@ -726,8 +726,10 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
 
     Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
     window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
-    given; otherwise ``descending`` (so a sliding window that cuts tiles gets ``descending``,
-    which visits each KV tile's band from its bottom). Why:
+    given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
+    head is one slice (Nkv <= wave) and no segment ids are given; otherwise ``descending`` (so a
+    sliding window that cuts tiles gets ``descending``, which visits each KV tile's band from its
+    bottom). Why:
 
     * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -740,10 +742,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       a long and a short column no longer balances anything: measured on an H100 (16k tokens,
       documents of mean 2k, hd128, causal; benchmarks/results/perf-notes.md, fifth session call
       2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
-    * full mask: shift and descending measured within 6% of each other (shift ahead at 2k,
-      level or behind at 8k), and the simulator's steady state puts them within ~2% where a head is
-      one slice and shift behind where it is not: nothing clearly faster, so auto takes
-      descending, whose tickets (those of ascending) give the same dQ bits on every GPU.
+    * full mask: shift where it runs as itself and a head is one slice (Nkv <= wave), else
+      descending. With descending every KV tile of a head starts on the same Q tile and the
+      contributors of a tile queue on its ticket chain; shift starts each on another tile. The
+      pipeline model (simulate_pipeline) puts descending's tax over atomic at +8..21% at 2k-4k and
+      shift's at 0, as the H100 grid of 2026-11-23 measured for descending (+9..20%).
 
     The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
     head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
@@ -756,6 +759,12 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
             *_window_args(p))
         if SCHEDULE_NAMES[effective] == "symmetric_shift" and items_per_head <= p.wave:
             return "symmetric_shift"
+    if not p.is_causal and not segment_ids:
+        effective, items_per_head = _ext.schedule_summary(
+            _schedule_id("shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, False, p.wave,
+            *_window_args(p))
+        if SCHEDULE_NAMES[effective] == "shift" and items_per_head <= p.wave:
+            return "shift"
     return "descending"
 
 

@@ -158,8 +158,20 @@ def test_public_attention_runs_the_kernel():
     assert bool(jnp.array_equal(out, raw))
 
 
-def test_unsupported_head_dim_is_a_clear_error():
-    # Below 128 every multiple of 8 runs (padded to 64 or 128); above 128 the kernels refuse.
-    q, k, v = _inputs(jax.random.key(13), 1, 16, 16, 2, 2, 160, jnp.bfloat16)
-    with pytest.raises(Exception, match="head_dim"):
-        jax.block_until_ready(_fwd(q, k, v, scale=0.1, is_causal=False))
+# 136 and 192 run the head_dim-256 forward on zero-padded operands (jax_dash/_ffi.py).
+@pytest.mark.parametrize("head_dim", [136, 192, 256])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seqs", [(97, 97), (1000, 1000), (129, 700), (700, 129)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_forward_head_dim_up_to_256(seqs, is_causal, head_dim):
+    q, k, v = _inputs(jax.random.key(14), 2, seqs[0], seqs[1], 4, 2, head_dim, jnp.bfloat16)
+    _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
+
+
+def test_backward_above_head_dim_128_is_a_clear_error():
+    # The forward runs up to 256 (above 128 at 256); the backward stops at 128 and says so.
+    q, k, v = _inputs(jax.random.key(13), 1, 64, 64, 2, 2, 160, jnp.bfloat16)
+    grad = jax.grad(lambda q: jax_dash.attention(q, k, v).astype(jnp.float32).sum())
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="Hopper backward supports head_dim up to 128.*forward only"):
+        jax.block_until_ready(grad(q))

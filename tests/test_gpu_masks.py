@@ -4,7 +4,7 @@ The warp-specialized Hopper kernels carry the mask policy of ``cuda/mask.h`` (wi
 lengths, segment ids, the soft cap); these tests first passed on an H100 on 2026-11-23 (head_dim
 64 and 128). Accuracy against the dense-mask reference and bitwise repetition per schedule at
 head_dim 64, 96 (the head_dim-128 kernels on zero-padded operands, jax_dash/_ffi.py) and 128; a
-head_dim above 128 (256 is not in the Hopper kernels yet) is refused with a clear error.
+head_dim above 128 runs the forward (at 256) and has its backward refused with a clear error.
 Every test here is marked ``gpu`` and needs a CUDA GPU of compute capability 9.0.
 """
 
@@ -24,18 +24,24 @@ from test_masks import CASES, DETERMINISTIC, _mask_args, _segments
 HOPPER = (hopper_devices() or [None])[0]
 pytestmark = GPU_MARKS
 ATOL = {jnp.bfloat16: 1e-3, jnp.float16: 1e-3}
-# The Hopper kernels' head dims, and 96 (run zero-padded to 128); 256 is refused (tested below).
+# The Hopper kernels' head dims, and 96 (run zero-padded to 128); above 128 forward only (below).
 HEAD_DIMS = (64, 96, 128)
 
 
 @pytest.mark.parametrize("head_dim", [136, 256])
-def test_unsupported_head_dims_are_refused_clearly(head_dim):
+def test_masks_above_head_dim_128_forward_only(head_dim):
+    """Above 128 the masked forward runs (at 256) and matches the reference; the backward is
+    refused with a clear error."""
     with jax.default_device(HOPPER):
-        q, k, v, _ = random_inputs(0, 1, 128, 128, 2, 2, head_dim, jnp.bfloat16)
+        q, k, v, _ = random_inputs(0, 2, 500, 500, 4, 2, head_dim, jnp.bfloat16)
+        mask = _mask_args("all", 2, 500, 500)
+        out = jax_dash.attention(q, k, v, **mask)
+        ref, naive = references(q, k, v, jnp.zeros_like(q), **mask)
+        assert_close_to_reference("out", out, ref[0], naive[0], ATOL[jnp.bfloat16])
+        grad = jax.grad(lambda q: jax_dash.attention(q, k, v, **mask).astype(jnp.float32).sum())
         with pytest.raises(jax.errors.JaxRuntimeError,
-                           match=f"support head_dim up to 128 .*got {head_dim}; head_dim "
-                                 f"{head_dim} runs on CPU today"):
-            jax.block_until_ready(jax_dash.attention(q, k, v))
+                           match="Hopper backward supports head_dim up to 128"):
+            jax.block_until_ready(grad(q))
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])

@@ -32,7 +32,7 @@ def padded_on_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("head_dim, width", [(8, 64), (32, 64), (64, 64), (72, 128), (96, 128),
-                                             (128, 128), (136, 136), (256, 256)])
+                                             (128, 128), (136, 256), (192, 256), (256, 256)])
 def test_hopper_head_dim(head_dim, width):
     assert _ffi.hopper_head_dim(head_dim) == width
 

@@ -336,13 +336,18 @@ def test_gqa_dkv_tickets_are_head_order():
 
 def test_choose_schedule():
     kwargs = dict(head_dim=128, wave=132)
-    assert schedules.AUTO_CANDIDATES == ("symmetric_shift", "descending")
+    assert schedules.AUTO_CANDIDATES == ("symmetric_shift", "shift", "descending")
     # Causal, square, even Nkv, a head is one slice: symmetric_shift.
     assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=True, **kwargs) \
         == "symmetric_shift"
-    # Full mask: descending (shift is not clearly faster; descending's bits are every GPU's).
+    # Full mask: shift where a head is one slice (Nkv <= wave), else descending.
     assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=False, **kwargs) \
+        == "shift"
+    assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=False, **kwargs) \
         == "descending"
+    # A window that cuts tile pairs: shift does not apply, descending.
+    assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=False, window=(256, 256),
+                                     **kwargs) == "descending"
     # Where symmetric_shift would fall back, or a head would span several slices: descending.
     for seq_q, seq_kv, wave in ((4224, 4224, 132),      # Nkv 33, odd
                                 (2048, 4096, 132),      # seq_q != seq_kv
@@ -434,6 +439,10 @@ def _table_rule(*, seq_q, seq_kv, head_dim, is_causal, wave):
         if (tables["effective_schedule"] == "symmetric_shift"
                 and tables["items_per_head"] <= p.wave):
             return "symmetric_shift"
+    if not p.is_causal:
+        tables = schedules.head_tables("shift", p, 0)
+        if tables["effective_schedule"] == "shift" and tables["items_per_head"] <= p.wave:
+            return "shift"
     return "descending"
 
 

@@ -588,6 +588,95 @@ __device__ __forceinline__ void store_dk_dv_staged(const AttentionParams& p, int
   }
 }
 
+// The dK/dV epilogue with GQA or float32 gradients, staged like store_dk_dv_staged but in float32:
+// each of dK and dV in turn goes from the fragments to shared memory (16-byte chunks XOR-swizzled
+// by row, so the fragments' 8-byte stores are conflict-free without padding: 64 KB a tensor at
+// head_dim 128, which K, V, Q and dO hold), then moves in 16-byte coalesced chunks. With GQA the
+// query heads of a group add into the float32 accumulators in dkv_ticket order (the chain of
+// store_dk_dv, same adds: sum = accumulator + partial, so the same bits), the last one writes
+// sum * scale (dK) and sum (dV) in the gradient dtype; without GQA (float32 gradients) the partial
+// goes out directly. store_dk_dv did all of it one 4-byte element at a time.
+template <class Element, int kHeadDim, int kBlockN, int kMathThreads, class Acc, class Coords>
+__device__ __forceinline__ void store_dk_dv_staged_f32(const AttentionParams& p,
+                                                       const ScheduleProblem& sp, int tid,
+                                                       float scale, int64_t b, int h, int n,
+                                                       int64_t kv0, const Acc& dk, const Acc& dv,
+                                                       const Coords& coords, float* stage) {
+  using namespace cute;
+  constexpr int kChunks = kHeadDim / 4;  // 16-byte chunks of a float32 row
+  static_assert(kChunks >= 8 && kChunks % 8 == 0, "the swizzle permutes chunks in groups of 8");
+  // Float index of (row, column): chunk c / 4 of row r at chunk (c / 4) ^ (2 * (r % 4)). A
+  // half-warp's 8-byte fragment stores cover rows r..r+3, chunks {2k, 2k+1} each: 8 distinct
+  // chunks, 128 bytes, every bank once; a quarter-warp's 16-byte reads of 8 consecutive chunks
+  // of one row stay a permutation of them.
+  auto staged = [&](int r, int c) JAX_DASH_INLINE {
+    return r * kHeadDim + (((c / 4) ^ (2 * (r % 4))) * 4) + c % 4;
+  };
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kvh = h / group;
+  const bool f32 = p.grad_dtype == DType::kFloat32;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+  const int64_t out_base =
+      (b * p.seq_kv + kv0) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kBlockN), p.seq_kv - kv0));
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
+  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * sp.block_n;
+  const int ticket = group > 1 ? dkv_ticket(sp, h % group, n) : 0;
+  const bool last = ticket == group - 1;
+  int32_t* sem = p.workspace_i32 + ws.dkv_semaphore + kv_head_linear * sp.num_kv_tiles + n;
+  // The other warpgroup's last wgmmas may still read K, Q and dO; with GQA, wait for the turn.
+  if (group > 1 && tid == 0) spin_until_equal(sem, ticket);
+  named_barrier_sync(kMathBarrier, kMathThreads);
+  // One tensor: fragments -> shared memory -> (accumulator, output) in 16-byte chunks.
+  auto move = [&](const Acc& part, float out_scale, int64_t accum_offset, void* out)
+                  JAX_DASH_INLINE {
+    float* accum = p.workspace_f32 + accum_offset + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+    // Elements 2i, 2i+1 of the accumulator are adjacent columns of one row (wgmma's C layout).
+    CUTE_UNROLL
+    for (int i = 0; i < size(part); i += 2) {
+      const int r = get<0>(coords(i));
+      const int c = get<1>(coords(i));
+      *reinterpret_cast<float2*>(stage + staged(r, c)) = make_float2(part(i), part(i + 1));
+    }
+    named_barrier_sync(kMathBarrier, kMathThreads);
+    for (int x = tid; x < kBlockN * kChunks; x += kMathThreads) {
+      const int r = x / kChunks;
+      const int c = (x % kChunks) * 4;
+      float4 v = *reinterpret_cast<const float4*>(stage + staged(r, c));
+      if (group > 1) {
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(accum + r * kHeadDim + c));
+        v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+        if (!last) {
+          __stcg(reinterpret_cast<float4*>(accum + r * kHeadDim + c), v);
+          continue;
+        }
+      }
+      if (r >= rows) continue;
+      const int64_t o = out_base + r * kv_row_stride + c;
+      const float4 w =
+          make_float4(v.x * out_scale, v.y * out_scale, v.z * out_scale, v.w * out_scale);
+      if (f32) {
+        *reinterpret_cast<float4*>(static_cast<float*>(out) + o) = w;
+      } else {
+        const uint2 packed =
+            make_uint2(pack_pair(static_cast<Element>(w.x), static_cast<Element>(w.y)),
+                       pack_pair(static_cast<Element>(w.z), static_cast<Element>(w.w)));
+        *reinterpret_cast<uint2*>(static_cast<Element*>(out) + o) = packed;
+      }
+    }
+  };
+  move(dk, scale, ws.dk_accum, p.dk);
+  named_barrier_sync(kMathBarrier, kMathThreads);  // every chunk of dK read before dV's stores
+  move(dv, 1.f, ws.dv_accum, p.dv);
+  if (group > 1 && !last) {
+    __threadfence();
+    named_barrier_sync(kMathBarrier, kMathThreads);
+    if (tid == 0) red_release_gpu_add(sem, 1);
+  }
+}
+
 // ---- math warpgroups ----------------------------------------------------------------------------
 template <class Traits, class Storage>
 __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem,
@@ -896,7 +985,17 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
                     "K, V, Q and dO hold the staged dK and dV");
       store_dk_dv_staged<Element, kHeadDim, kBlockN, kMathThreads>(
           p, tid, scale, b, h, kv0, tdKrdK, tdVrdV, tdKVc, smem.k);
+    } else if constexpr (!Traits::kMask) {
+      static_assert(offsetof(typename Traits::SharedStorage, dst) -
+                            offsetof(typename Traits::SharedStorage, k) >=
+                        kBlockN * kHeadDim * sizeof(float),
+                    "K, V, Q and dO hold one staged float32 tile");
+      store_dk_dv_staged_f32<Element, kHeadDim, kBlockN, kMathThreads>(
+          p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
+          reinterpret_cast<float*>(smem.k));
     } else {
+      // The masked instantiation keeps the direct path here: with the staged float32 epilogue
+      // its step loop's spills grew (ptxas, hd128: 48 -> 185 local loads).
       store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
                                      [] { named_barrier_sync(kMathBarrier, kMathThreads); });
     }

@@ -680,6 +680,9 @@ cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
     case 128:
       return bf16 ? launch_fwd<Bf16, 128, kWs, kMask, kPersistent, kSegments>(p, stream)
                   : launch_fwd<Half, 128, kWs, kMask, kPersistent, kSegments>(p, stream);
+    case 256:
+      return bf16 ? launch_fwd<Bf16, 256, kWs, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 256, kWs, kMask, kPersistent, kSegments>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -7,7 +7,8 @@ to be kept in step with the kernel by hand (the comments name the code it mirror
 
     python scripts/ws_protocol_model.py [--trials N] [--seed S] [--ds-stages 1|2]
 
-Roles: P (producer warp), W (dQ writer warp), M0 and M1 (the math warpgroups, each one actor: their
+Roles: P (producer warp), W (dQ writer warp), M0 and M1 (M2: the forward's third at head_dim 64)
+(the math warpgroups, each one actor: their
 threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
 generation it joined to complete, bar.arrive does not wait); an mbarrier counts arrivals per phase,
 and a wait on parity p passes once the phase of that parity has completed. Tickets are outside one
@@ -128,17 +129,19 @@ def run(units, rng, ds_stages):
                 rng, f"units {units}")
 
 
-# ---- forward (fwd_sm90.cu, kWs): producer thread, two math warpgroups taking turns -------------
+# ---- forward (fwd_sm90.cu, kWs): producer thread, two or three math warpgroups taking turns ----
 
-TURN = (1, 2)  # kTurnBarrier + warpgroup
+TURN = (1, 2, 3)  # kTurnBarrier + warpgroup
 
 
 class ForwardCTA(CTA):
-    def __init__(self):
-        super().__init__({TURN[0]: 2, TURN[1]: 2})  # each turn barrier: both math warpgroups
+    def __init__(self, warpgroups=2):
+        # turn barrier w: warpgroup w waits there, its predecessor arrives
+        super().__init__({TURN[w]: 2 for w in range(warpgroups)})
         self.mbar = {"bar_q": [1, 0, 0]}
         for s in range(STAGES):
-            for name, count in (("bar_k", 1), ("bar_v", 1), ("k_empty", 2), ("v_empty", 2)):
+            for name, count in (("bar_k", 1), ("bar_v", 1), ("k_empty", warpgroups),
+                                ("v_empty", warpgroups)):
                 self.mbar[f"{name}{s}"] = [count, 0, 0]
 
 
@@ -154,12 +157,14 @@ def forward_producer(n_end):
         yield ("mb_arrive", f"bar_v{stage}")
 
 
-def forward_math(n_end, wg):
-    def turn_end(turn):
-        if not (wg == 1 and turn == n_end):  # the second warpgroup's last hand-over is skipped
-            yield ("arrive", TURN[wg ^ 1])
+def forward_math(n_end, wg, warpgroups=2):
+    last_wg = warpgroups - 1
 
-    if wg == 1 and n_end > 0:
+    def turn_end(turn):
+        if not (wg == last_wg and turn == n_end):  # the last warpgroup's last hand-over is skipped
+            yield ("arrive", TURN[0 if wg == last_wg else wg + 1])
+
+    if wg == last_wg and n_end > 0:
         yield ("arrive", TURN[0])  # the first warpgroup goes first
     if n_end > 0:
         yield ("mb_wait", "bar_q", 0)
@@ -181,9 +186,11 @@ def forward_math(n_end, wg):
         yield from turn_end(n_end)
 
 
-def run_forward(n_end, rng):
-    _interleave(ForwardCTA(), {"P": forward_producer(n_end), "M0": forward_math(n_end, 0),
-                               "M1": forward_math(n_end, 1)}, rng, f"n_end {n_end}")
+def run_forward(n_end, rng, warpgroups=2):
+    actors = {"P": forward_producer(n_end)}
+    for wg in range(warpgroups):
+        actors[f"M{wg}"] = forward_math(n_end, wg, warpgroups)
+    _interleave(ForwardCTA(warpgroups), actors, rng, f"n_end {n_end}, {warpgroups} warpgroups")
 
 
 def _interleave(cta, actors, rng, what):
@@ -235,11 +242,12 @@ def main():
         for _ in range(args.trials):
             units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
             run(units, rng, ds_stages)
-    for _ in range(args.trials):
-        run_forward(rng.randint(0, 9), rng)
+    for warpgroups in (2, 3):
+        for _ in range(args.trials):
+            run_forward(rng.randint(0, 9), rng, warpgroups)
     print(f"ok: backward {args.trials} random unit sequences per dS^T setting, forward "
-          f"{args.trials} random KV-tile counts, each under a random interleaving: no deadlock, "
-          "every barrier generation complete")
+          f"{args.trials} random KV-tile counts per warpgroup count (2, 3), each under a random "
+          "interleaving: no deadlock, every barrier generation complete")
 
 
 if __name__ == "__main__":

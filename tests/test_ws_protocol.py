@@ -83,38 +83,52 @@ def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken):
     assert caught > 100
 
 
-def test_forward_protocol_never_deadlocks(model):
+@pytest.mark.parametrize("warpgroups", [2, 3])
+def test_forward_protocol_never_deadlocks(model, warpgroups):
     rng = random.Random(3)
     for n_end in list(range(0, 13)) * 40:
-        model.run_forward(n_end, rng)
+        model.run_forward(n_end, rng, warpgroups)
 
 
 def _math_without_the_first_hand_over(original, model):
-    def forward_math(n_end, wg):
-        ops = original(n_end, wg)
-        if wg == 1 and n_end > 0:
+    def forward_math(n_end, wg, warpgroups=2):
+        ops = original(n_end, wg, warpgroups)
+        if wg == warpgroups - 1 and n_end > 0:
             next(ops)  # drop the initial arrive that lets the first warpgroup go first
         return ops
     return forward_math
 
 
 def _math_handing_over_after_the_last_turn(original, model):
-    def forward_math(n_end, wg):
-        yield from original(n_end, wg)
-        if wg == 1 and n_end > 0:  # the hand-over the kernel skips
+    def forward_math(n_end, wg, warpgroups=2):
+        yield from original(n_end, wg, warpgroups)
+        if wg == warpgroups - 1 and n_end > 0:  # the hand-over the kernel skips
             yield ("arrive", model.TURN[0])
     return forward_math
 
 
-@pytest.mark.parametrize("broken", [_math_without_the_first_hand_over,
-                                    _math_handing_over_after_the_last_turn])
-def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken):
+def _math_handing_over_to_the_wrong_warpgroup(original, model):
+    # two warpgroups' ping-pong rule (hand to wg ^ 1) kept with three
+    def forward_math(n_end, wg, warpgroups=2):
+        for op in original(n_end, wg, warpgroups):
+            if op[0] == "arrive" and wg == 0:
+                op = ("arrive", model.TURN[warpgroups - 1])
+            yield op
+    return forward_math
+
+
+# (with two warpgroups wg ^ 1 is the next one, so the third mistake exists only with three)
+@pytest.mark.parametrize("broken, warpgroups", [
+    (_math_without_the_first_hand_over, 2), (_math_without_the_first_hand_over, 3),
+    (_math_handing_over_after_the_last_turn, 2), (_math_handing_over_after_the_last_turn, 3),
+    (_math_handing_over_to_the_wrong_warpgroup, 3)])
+def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken, warpgroups):
     monkeypatch.setattr(model, "forward_math", broken(model.forward_math, model))
     rng = random.Random(5)
     caught = 0
     for n_end in range(1, 9):
         try:
-            model.run_forward(n_end, rng)
+            model.run_forward(n_end, rng, warpgroups)
         except (model.Deadlock, AssertionError):
             caught += 1
     assert caught == 8

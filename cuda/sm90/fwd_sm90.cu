@@ -1,8 +1,8 @@
 // Hopper (sm_90a) attention forward: out = softmax(scale * Q K^T) V and lse, per (batch, head).
 //
-// One CTA computes one 128-row query tile of one (batch, head) with two consumer warpgroups of 64
-// rows each. K/V tiles stream through a 2-stage shared-memory ring filled by TMA (one elected
-// thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a wgmma with both
+// One CTA computes one query tile of one (batch, head), 128 rows (192 at head_dim 64; tiles.h)
+// with one consumer warpgroup per 64 rows. K/V tiles stream through a 2-stage shared-memory ring
+// filled by TMA (one elected thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a wgmma with both
 // operands in shared memory; the online softmax runs on the accumulator registers; P is converted
 // to 16 bits in registers and O += P V is a wgmma with A from registers. Each warpgroup pipelines
 // its loop: S of the next KV tile is issued together with P V of the current one, so the tensor
@@ -13,9 +13,9 @@
 // with JAX_DASH_SM90_FWD=classic; stages F1 + F2 of shared/KERNEL_PLAN.md): a third warpgroup, registers lowered to 24, issues every TMA
 // load; each K/V stage has an "empty" mbarrier that each math warp arrives on once its wgmma has
 // read the stage (K_j after S_j, V_j after P_j V_j), so no CTA-wide barrier runs in the loop; and
-// the two math warpgroups (registers raised to 240) take turns issuing their wgmmas (two named
-// barriers, "ping-pong"), so one warpgroup's softmax runs while the other's wgmmas use the tensor
-// cores. The arithmetic is the same as the default kernel's: the same bits.
+// the math warpgroups (registers raised to 240 with two, 160 with three) take turns issuing
+// their wgmmas (one named barrier per warpgroup, "ping-pong" with two), so one warpgroup's
+// softmax runs while the others' wgmmas use the tensor cores. The arithmetic is the same as the default kernel's: the same bits.
 #include <cuda_runtime.h>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -48,19 +48,27 @@ constexpr int kWarpgroupRows = 64;  // rows of one wgmma accumulator
 constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kStages = 2;          // K/V shared-memory ring depth
 
-template <class Element, int kHeadDim, bool kWs_>
+// kNarrowRows: at most 128 query rows (two math warpgroups) whatever the tile table says; the
+// kernel with segment ids takes it (at head_dim 64 its segment code spilled 168 local loads at
+// three warpgroups' 160 registers, 26 at two warpgroups' 240). A row's arithmetic does not depend
+// on the query tile, so the bits are the same.
+template <class Element, int kHeadDim, bool kWs_, bool kNarrowRows = false>
 struct FwdKernelTraits {
   static constexpr bool kWs = kWs_;  // warp-specialized: producer warpgroup + ping-pong
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
-  static constexpr int kBlockM = kTiles.fwd_block_m;
+  static constexpr int kBlockM =
+      kNarrowRows ? std::min(kTiles.fwd_block_m, 128) : kTiles.fwd_block_m;
   static constexpr int kBlockN = kTiles.fwd_block_n;
   static constexpr int kWarpgroups = kBlockM / kWarpgroupRows;  // math warpgroups
   static constexpr int kMathThreads = kWarpgroups * kThreadsPerWarpgroup;
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = kMathThreads + (kWs ? kThreadsPerWarpgroup : 0);
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kMathRegisters = 240;
-  static_assert(!kWs || kWarpgroups == 2, "ping-pong is written for two math warpgroups");
+  // Two math warpgroups (128 query rows) take 240 registers each, three (192 rows, head_dim 64)
+  // 160: 24 * 128 + 160 * 384 = 64512 of the SM's 65536.
+  static constexpr int kMathRegisters = kWarpgroups == 2 ? 240 : 160;
+  static_assert(!kWs || kWarpgroups == 2 || kWarpgroups == 3,
+                "the turn-taking is written for two or three math warpgroups");
   static_assert(kProducerRegisters * kThreadsPerWarpgroup + kMathRegisters * kMathThreads <= 65536,
                 "register file of one SM");
   static_assert(kMathWarps * 32 == kMathThreads);
@@ -150,9 +158,11 @@ struct FwdKernelParams {
   float soft_cap;              // > 0: logits = cap * tanh(scale * q.k / cap)
 };
 
-// Named barriers of the ping-pong (kWs): math warpgroup w issues its wgmmas after a sync on
-// kTurnBarrier + w and hands the turn to the other one with an arrive.
+// Named barriers of the turn-taking (kWs): math warpgroup w issues its wgmmas after a sync on
+// kTurnBarrier + w and hands the turn to the next one, (w + 1) % warpgroups, with an arrive. Each
+// barrier counts the two warpgroups that meet there (128 arriving, 128 waiting).
 constexpr int kTurnBarrier = 1;
+constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
@@ -167,12 +177,13 @@ constexpr int kTurnBarrier = 1;
 // the one-tile kernel's: the same bits.
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
           bool kSegments = false>
-__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThreads, 1)
-    fwd_kernel(const __grid_constant__ FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs>> p) {
+__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kSegments>::kThreads, 1)
+    fwd_kernel(const __grid_constant__
+               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kSegments>> p) {
   static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
                                                  "warp-specialized kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kSegments>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -392,23 +403,26 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
         if (n_end > 1) load_k(tile, 1, 1);
       }
     }
-    // kWs ping-pong: each math warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations,
-    // epilogue). The first warpgroup goes first; the second's last hand-over is skipped so that
-    // every arrive meets a sync (so the turns of each tile balance and the next tile starts
-    // afresh).
+    // kWs turn-taking (ping-pong with two warpgroups, round robin with three): each math
+    // warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations, epilogue). The first
+    // warpgroup goes first (the last one's opening arrive); the last one's final hand-over is
+    // skipped so that every arrive meets a sync (so the turns of each tile balance and the next
+    // tile starts afresh). Modelled in scripts/ws_protocol_model.py (forward, 2 and 3 warpgroups).
+    constexpr int kLastWg = Traits::kWarpgroups - 1;
     const int last_turn = n_end;
     auto turn_begin = [&]() JAX_DASH_INLINE {
-      if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, Traits::kMathThreads);
+      if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
     };
     auto turn_end = [&](int turn) JAX_DASH_INLINE {
       if constexpr (kWs) {
-        if (!(math_wg == 1 && turn == last_turn)) {
-          named_barrier_arrive(kTurnBarrier + (math_wg ^ 1), Traits::kMathThreads);
+        if (!(math_wg == kLastWg && turn == last_turn)) {
+          const int next = math_wg == kLastWg ? 0 : math_wg + 1;
+          named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
         }
       }
     };
     if constexpr (kWs) {
-      if (math_wg == 1 && n_end > 0) named_barrier_arrive(kTurnBarrier, Traits::kMathThreads);
+      if (math_wg == kLastWg && n_end > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);
     }
     // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is complete.
     auto release_q_after = [&](int j) JAX_DASH_INLINE {
@@ -596,7 +610,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs>::kThre
 
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kSegments>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
@@ -659,7 +673,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   }
   int64_t grid = num_tiles;
   if constexpr (kPersistent) {
-    // One CTA per SM (the registers of 384 threads at the math warps' 240 allow no second), each
+    // One CTA per SM (the math warps' 240 or 160 registers allow no second), each
     // looping over its tiles.
     grid = std::min<int64_t>(num_tiles, sms);
   }

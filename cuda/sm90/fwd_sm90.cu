@@ -49,9 +49,10 @@ constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kStages = 2;          // K/V shared-memory ring depth
 
 // kNarrowRows: at most 128 query rows (two math warpgroups) whatever the tile table says; the
-// kernel with segment ids takes it (at head_dim 64 its segment code spilled 168 local loads at
-// three warpgroups' 160 registers, 26 at two warpgroups' 240). A row's arithmetic does not depend
-// on the query tile, so the bits are the same.
+// masked kernels take it. At head_dim 64 with three warpgroups' 160 registers the segment-id
+// kernel spilled (168 local loads in place of 26) and the sliding-window point's forward ran at
+// 232 TFLOP/s against 263 with two warpgroups (H100, 2026-11-24, call 4). A row's arithmetic does
+// not depend on the query tile, so the bits are the same.
 template <class Element, int kHeadDim, bool kWs_, bool kNarrowRows = false>
 struct FwdKernelTraits {
   static constexpr bool kWs = kWs_;  // warp-specialized: producer warpgroup + ping-pong
@@ -177,13 +178,13 @@ constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 // the one-tile kernel's: the same bits.
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
           bool kSegments = false>
-__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kSegments>::kThreads, 1)
+__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>::kThreads, 1)
     fwd_kernel(const __grid_constant__
-               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kSegments>> p) {
+               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kMask>> p) {
   static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
                                                  "warp-specialized kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kSegments>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -610,7 +611,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kSegme
 
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kSegments>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);

@@ -307,6 +307,14 @@ def _fwd_ratio(res, p):
     return theirs["fwd"]["median_s"] / mine["fwd"]["median_s"] if mine and theirs else None
 
 
+def _min_sample_ms(res) -> str:
+    """The minimum sample length of this file's timings (records before 2026-11-24 hold none:
+    they were taken at 2 ms)."""
+    lengths = {result.get("fwd", {}).get("min_sample_s", 2e-3)
+               for result in res.timing.values() if isinstance(result, dict)}
+    return "/".join(f"{x * 1e3:g}" for x in sorted(lengths)) or "20"
+
+
 def _backward_method(res) -> str:
     """How this file's backward times were taken: older runs subtracted the forward."""
     methods = {result.get("bwd_method") for result in res.timing.values()}
@@ -344,7 +352,8 @@ def render_markdown(data: dict) -> str:
                      f"`{run.get('command', '?')}`")
     lines += ["", "Method: bf16, tensors [batch, seq, heads, head_dim], self-attention. FLOPs: forward "
               "4·B·H·S²·D (half for causal), backward 2.5x forward. Each time is the median over "
-              "samples of back-to-back calls (>= 2 ms per sample) after warm-up, rotating between 2 "
+              f"samples of back-to-back calls (>= {_min_sample_ms(res)} ms per sample) after warm-up, "
+              "rotating between 2 "
               "random-normal input sets. " + _backward_method(res) + " `cuDNN` is "
               "`jax.nn.dot_product_attention(implementation='cudnn')`, `cuDNN det` the same in a "
               "process with `XLA_FLAGS=--xla_gpu_deterministic_ops=true`, `XLA` is "

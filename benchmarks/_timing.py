@@ -8,8 +8,14 @@ import time
 
 import numpy as np
 
-# A sample must be long enough that host dispatch latency (tens of microseconds) is noise.
-MIN_SAMPLE_S = 2e-3
+# A sample must be long enough that host dispatch latency is noise. The device waits for the
+# first call's dispatch of every sample (0.1-0.45 ms for a jitted attention call on an H100
+# host, jax_dash and cuDNN alike: benchmarks/probe_dispatch.py, 2026-11-24); the later calls'
+# dispatch overlaps the device's work. Up to 2026-11-24 this was 2 ms, which timed any call of
+# >= 2 ms alone with its dispatch (5-20% more than back to back), and a call of 1.0-2.0 ms
+# as two: the bias depended on which side of 2 ms a call fell. At 20 ms the first dispatch is
+# <= ~2% of a sample.
+MIN_SAMPLE_S = 20e-3
 MAX_CALLS_PER_SAMPLE = 64
 
 
@@ -56,6 +62,7 @@ def time_function(fn, input_sets, *, iters: int, time_budget_s: float = 15.0) ->
         "max_s": max(samples),
         "samples": len(samples),
         "calls_per_sample": calls,
+        "min_sample_s": MIN_SAMPLE_S,
     }
 
 

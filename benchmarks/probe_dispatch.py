@@ -4,8 +4,8 @@
 
 For each point (bf16, 16k tokens, hidden 2048) and implementation it times the jitted forward and
 the jitted backward (VJP on precomputed residuals, as bench_attention.py does) three ways:
-  single   one call per sample, blocked on (what bench_attention.py does when a call takes >= its
-           2 ms minimum sample);
+  single   one call per sample, blocked on (what bench_attention.py did for any call of >= 2 ms
+           until 2026-11-24, when its minimum sample was 2 ms; it is 20 ms since);
   steady   `--calls` calls back to back per sample, blocked on the last (dispatch overlaps the
            device's work, as in a training step);
   enqueue  host seconds per call to dispatch `--calls` calls without blocking (then blocked on,

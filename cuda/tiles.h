@@ -27,10 +27,7 @@ JAX_DASH_HD constexpr TileConfig tile_config(int head_dim) {
   if (head_dim <= 64) return TileConfig{192, 128, 128, 128};
   // <= 128: dK/dV accumulators (2 x 128 x 128 fp32) fill the registers of two warpgroups, so the
   // backward takes 64 query rows per step.
-  // The forward takes 176 keys per step (11 x 16): the softmax's per-step work (row max and its
-  // shuffles, the correction exp2, the rescale of the 64 x 128 output) is spread over 37% more
-  // scores; K and V stages take 2 x 2 x 44 KB of shared memory.
-  if (head_dim <= 128) return TileConfig{128, 176, 64, 128};
+  if (head_dim <= 128) return TileConfig{128, 128, 64, 128};
   // <= 256: shared memory holds K and V of 256 columns only at 64/80 rows.
   return TileConfig{128, 64, 64, 64};
 }

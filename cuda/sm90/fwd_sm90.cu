@@ -16,9 +16,6 @@
 // the math warpgroups (registers raised to 240 with two, 160 with three) take turns issuing
 // their wgmmas (one named barrier per warpgroup, "ping-pong" with two), so one warpgroup's
 // softmax runs while the others' wgmmas use the tensor cores. The arithmetic is the same as the default kernel's: the same bits.
-// wgmma's N = 176 (the forward's key tile at head_dim 128, tiles.h) is one of CuTe's "extended"
-// shapes, which its op selectors only consider with this macro.
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #include <cuda_runtime.h>
 
 #include <cute/arch/cluster_sm90.hpp>

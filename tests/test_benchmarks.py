@@ -79,6 +79,10 @@ def test_time_function_rotates_inputs_and_reports_median():
     assert result["samples"] == 3 and result["median_s"] > 0
     assert result["min_s"] <= result["median_s"] <= result["max_s"]
     assert {0, 1} <= set(seen[2:])  # timed calls use both input sets, not one
+    # A sample is a run of calls of >= MIN_SAMPLE_S (capped at MAX_CALLS_PER_SAMPLE calls): a
+    # call far below 10 ms is timed several to a sample; the record says the minimum it used.
+    assert result["min_sample_s"] == _timing.MIN_SAMPLE_S == 20e-3
+    assert 2 <= result["calls_per_sample"] <= _timing.MAX_CALLS_PER_SAMPLE
 
 
 def test_bitwise_repeatable_detects_changing_bits():
@@ -194,6 +198,8 @@ def test_report_ratios_and_tax():
     assert "| 1. auto bwd >= 1.0x cuDNN (seq >= 2k) | met (1/1 points) | 1.33x" in md
     assert "| 3. tax vs atomic <= 5% (seq >= 2k) | NOT met (0/1 points) | +25.0%" in md
     assert "| 4. forward >= 0.95x cuDNN | met (1/1 points) | 1.00x" in md
+    # Records without min_sample_s were taken at the old 2 ms minimum; the method line says so.
+    assert "(>= 2 ms per sample)" in md
 
 
 def test_dying_worker_costs_one_item(tmp_path):
@@ -239,6 +245,7 @@ def test_cli_smoke_on_cpu(tmp_path):
     md = (out / "results.md").read_text()
     assert "## Backward TFLOP/s" in md and "| 64 | causal | 64 |" in md
     assert "residuals precomputed by a jitted forward" in md
+    assert "(>= 20 ms per sample)" in md
     try:
         import matplotlib  # noqa: F401
         assert (out / "bwd_tflops.png").stat().st_size > 0

@@ -5,7 +5,7 @@ sequences (including units with no steps), to show that no interleaving deadlock
 barrier generation is met by exactly the threads it counts. It models the code as written; it has
 to be kept in step with the kernel by hand (the comments name the code it mirrors).
 
-    python scripts/ws_protocol_model.py [--trials N] [--seed S] [--ds-stages 1|2]
+    python scripts/ws_protocol_model.py [--trials N] [--seed S] [--ds-stages 1|2] [--q-stages 1|2]
 
 Roles: P (producer warp), W (dQ writer warp), M0 and M1 (M2: the forward's third at head_dim 64)
 (the math warpgroups, each one actor: their
@@ -23,7 +23,7 @@ import random
 # Named barrier ids and their thread counts, in actors: UNIT = P + W + M0 + M1, dQ = W + M0 + M1.
 UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH = 1, 2, 3, 4, 5
 COUNTS = {UNIT: 4, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2}
-STAGES = 2
+STAGES = 2  # the Q/dO ring: 2 stages, 1 at head_dim 256 (WsTraits::kStages)
 
 
 class Deadlock(Exception):
@@ -31,12 +31,12 @@ class Deadlock(Exception):
 
 
 class CTA:
-    def __init__(self, counts=None):
+    def __init__(self, counts=None, q_stages=STAGES):
         self.counts = counts or COUNTS
         self.named = {b: {"gen": 0, "arrived": set()} for b in self.counts}
         # mbarriers: arrivals expected per phase, arrivals so far, completed phases.
         self.mbar = {"kv_full": [1, 0, 0]}
-        for s in range(STAGES):
+        for s in range(q_stages):
             self.mbar[f"q_full{s}"] = [1, 0, 0]
             self.mbar[f"q_empty{s}"] = [2, 0, 0]  # one arrival per math actor (8 warps in the code)
 
@@ -67,7 +67,7 @@ class CTA:
         return self.mbar[name][2] % 2 != parity
 
 
-def producer(units):
+def producer(units, q_stages=STAGES):
     q_iter = 0
     for steps in units + [None]:
         yield ("sync", UNIT)                       # [B]: unit and tables published
@@ -76,7 +76,7 @@ def producer(units):
         if steps > 0:
             yield ("mb_arrive", "kv_full")         # TMA of K, V (expect_tx + completion)
         for _ in range(steps):
-            stage, phase = q_iter % STAGES, (q_iter // STAGES) & 1
+            stage, phase = q_iter % q_stages, (q_iter // q_stages) & 1
             yield ("mb_wait", f"q_empty{stage}", phase ^ 1)
             yield ("mb_arrive", f"q_full{stage}")  # TMA Q, dO + bulk lse, dsum
             q_iter += 1
@@ -99,7 +99,7 @@ def writer(units):
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages):
+def math(units, ds_stages, q_stages=STAGES):
     q_iter = 0
     kv_loads = 0
     for steps in units + [None]:
@@ -111,8 +111,8 @@ def math(units, ds_stages):
             yield ("mb_wait", "kv_full", kv_loads & 1)
             kv_loads += 1
         for _ in range(steps):
-            stage = q_iter % STAGES
-            yield ("mb_wait", f"q_full{stage}", (q_iter // STAGES) & 1)
+            stage = q_iter % q_stages
+            yield ("mb_wait", f"q_full{stage}", (q_iter // q_stages) & 1)
             if ds_stages == 1:
                 yield ("sync", MATH)               # the other warpgroup is past its dQ wgmma
             yield ("sync", PDS)
@@ -123,10 +123,11 @@ def math(units, ds_stages):
         yield ("sync", UNIT)                       # [C]
 
 
-def run(units, rng, ds_stages):
-    _interleave(CTA(), {"P": producer(units), "W": writer(units),
-                        "M0": math(units, ds_stages), "M1": math(units, ds_stages)},
-                rng, f"units {units}")
+def run(units, rng, ds_stages, q_stages=STAGES):
+    _interleave(CTA(q_stages=q_stages),
+                {"P": producer(units, q_stages), "W": writer(units),
+                 "M0": math(units, ds_stages, q_stages), "M1": math(units, ds_stages, q_stages)},
+                rng, f"units {units} q_stages {q_stages}")
 
 
 # ---- forward (fwd_sm90.cu, kWs): producer thread, two or three math warpgroups taking turns ----
@@ -236,16 +237,20 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ds-stages", type=int, choices=(1, 2), default=None,
                         help="dS^T buffers (hd64 ws: 1; else 2); default: both")
+    parser.add_argument("--q-stages", type=int, choices=(1, 2), default=None,
+                        help="Q/dO ring stages (head_dim 256: 1; else 2); default: both")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
-        for _ in range(args.trials):
-            units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
-            run(units, rng, ds_stages)
+    for q_stages in ((args.q_stages,) if args.q_stages else (1, 2)):
+        for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
+            for _ in range(args.trials):
+                units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
+                run(units, rng, ds_stages, q_stages)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             run_forward(rng.randint(0, 9), rng, warpgroups)
-    print(f"ok: backward {args.trials} random unit sequences per dS^T setting, forward "
+    print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers) "
+          "setting, forward "
           f"{args.trials} random KV-tile counts per warpgroup count (2, 3), each under a random "
           "interleaving: no deadlock, every barrier generation complete")
 

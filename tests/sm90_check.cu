@@ -663,10 +663,10 @@ int bench(int argc, char** argv) {
   c.dtype = DType::kBFloat16;
   const int iters = std::atoi(argv[9]);
   if (!parse_schedule(argv[8], &c.schedule) || c.batch < 1 || c.seq_q < 1 || c.heads < 1 ||
-      c.kv_heads < 1 || c.heads % c.kv_heads != 0 || (c.head_dim != 64 && c.head_dim != 128) ||
+      c.kv_heads < 1 || c.heads % c.kv_heads != 0 || (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) ||
       iters < 1) {
     std::fprintf(stderr, "bad arguments (schedule: ascending|descending|shift|symmetric_shift|"
-                         "atomic; head_dim 64 or 128; heads a multiple of kv heads)\n");
+                         "atomic; head_dim 64, 128 or 256; heads a multiple of kv heads)\n");
     return 2;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -738,6 +738,11 @@ int main(int argc, char** argv) {
       // Enough KV tiles (and, backward, Q tiles) that every 2-stage ring wraps several times.
       {1, 800, 800, 2, 1, 128, true, Schedule::kDescending, bf16},
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
+      // Head dim 256 (64-row tiles, the head dim split between the math warpgroups; one Q/dO
+      // stage): partial tiles, GQA, seq_q != seq_kv.
+      {1, 200, 200, 2, 2, 256, true, Schedule::kDescending, bf16},
+      {2, 150, 330, 4, 2, 256, false, Schedule::kSymmetricShift, fp16},
+      {1, 300, 100, 2, 1, 256, true, Schedule::kAtomic, bf16},
   };
   if (compare_variants) {
     // Plus cases with more query tiles than an H100 has SMs, so that the persistent forward's CTAs
@@ -776,6 +781,9 @@ int main(int argc, char** argv) {
         masked({1, 1024, 1024, 2, 2, 128, true, Schedule::kSymmetricShift, bf16}, -1, -1, false,
                150, 0),
         masked({2, 640, 640, 2, 1, 64, false, Schedule::kShift, fp16}, -1, -1, true, 130, 0),
+        // Head dim 256: every part of the mask together, and segments under shift.
+        masked({2, 300, 300, 2, 1, 256, true, Schedule::kAscending, bf16}, 70, 2, true, 80, 2.0),
+        masked({1, 500, 500, 2, 2, 256, false, Schedule::kShift, fp16}, -1, -1, false, 120, 0),
     };
     std::printf("masked kernels (forward ws, backward ws-rs)\n");
     int failed = 0;

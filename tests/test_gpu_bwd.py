@@ -94,10 +94,19 @@ ACCURACY_SHAPES = [
     (1, 1000, 129, 8, 1, 64),
     (2, 257, 513, 8, 4, 64),
     (1, 1, 700, 2, 1, 128),
-    # head dims the kernels lack, run zero-padded to 64 / 128 (jax_dash/_ffi.py hopper_head_dim)
+    # head_dim 256 (64-row tiles, the head dim split between the math warpgroups)
+    (2, 1, 1, 2, 2, 256),
+    (1, 97, 97, 4, 4, 256),
+    (1, 1000, 1000, 2, 2, 256),
+    (1, 97, 300, 4, 2, 256),
+    (1, 300, 97, 8, 1, 256),
+    # head dims the kernels lack, run zero-padded to 64 / 128 / 256 (jax_dash/_ffi.py
+    # hopper_head_dim)
     (1, 300, 300, 4, 2, 96),
     (2, 129, 257, 2, 2, 32),
     (1, 1000, 1000, 2, 2, 80),
+    (1, 300, 300, 4, 2, 192),
+    (2, 129, 257, 2, 2, 136),
 ]
 
 
@@ -114,6 +123,7 @@ def test_accuracy_descending(shape, is_causal, dtype):
 @pytest.mark.parametrize("schedule", ALL_SCHEDULES)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 4, 128), (1, 1024, 1024, 8, 2, 64),
+                                   (1, 700, 700, 4, 2, 256),
                                    (1, 513, 1100, 4, 4, 64)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_accuracy_every_schedule(shape, is_causal, schedule):
@@ -126,7 +136,7 @@ def test_accuracy_every_schedule(shape, is_causal, schedule):
 
 @pytest.mark.parametrize("schedule", DETERMINISTIC)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_bitwise_identical_over_100_runs(schedule, is_causal, head_dim):
     # Many items per dQ tile and GQA so that both ticket protocols are exercised.
     shape = (2, 1000, 1000, 8, 2, head_dim)
@@ -142,14 +152,16 @@ def test_bitwise_identical_over_100_runs(schedule, is_causal, head_dim):
                 f"{schedule}: {name} differs bitwise on repetition {rep + 1}")
 
 
+@pytest.mark.parametrize("head_dim", [128, 256])
 @pytest.mark.parametrize("schedule", DETERMINISTIC)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_batch_invariance(schedule, is_causal):
+def test_batch_invariance(schedule, is_causal, head_dim):
     # A sequence's gradients must not depend on the batch size or its position in the batch.
     dtype = jnp.bfloat16
     # Batch 8 x 4 heads x 6 KV tiles = 192 items: more than one wave of 132 CTAs, so heads
     # straddle the global waves (shift/symmetric_shift must cut their slices per head).
-    q, k, v, dout, out, lse, scale = _gpu_inputs(3, 8, 700, 700, 4, 2, 128, dtype, is_causal)
+    q, k, v, dout, out, lse, scale = _gpu_inputs(3, 8, 700, 700, 4, 2, head_dim, dtype,
+                                                 is_causal)
     fn = _bwd_fn(scale, is_causal, schedule)
     full = [np.asarray(x) for x in fn(q, k, v, out.astype(dtype), lse, dout)]
     for i in (0, 3, 5, 7):
@@ -208,12 +220,14 @@ def test_small_case_for_sanitizer():
                                  tag=f"sanitizer {shape}")
 
 
-def test_backward_too_long_for_shared_memory_is_refused_before_launch():
-    """The main kernel's per-Q-tile tables live in shared memory, so at head_dim 128 a query of
-    1M tokens cannot fit: the handler says so (InvalidArgument naming seq_q and the limit) before
-    it enqueues anything, and the next backward on the stream runs normally."""
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_backward_too_long_for_shared_memory_is_refused_before_launch(head_dim):
+    """The main kernel's per-Q-tile tables live in shared memory, so at head_dim 128 (and 256,
+    which has no classic kernel to fall back to) a query of 1M tokens cannot fit: the handler says
+    so (InvalidArgument naming seq_q and the limit) before it enqueues anything, and the next
+    backward on the stream runs normally."""
     gpu = jax.devices("gpu")[0]
-    seq, head_dim = 1 << 20, 128
+    seq = 1 << 20
     q = jax.device_put(jnp.zeros((1, seq, 1, head_dim), jnp.bfloat16), gpu)
     lse = jax.device_put(jnp.zeros((1, 1, seq), jnp.float32), gpu)
     with pytest.raises(jax.errors.JaxRuntimeError, match=(

@@ -2,9 +2,9 @@
 
 The warp-specialized Hopper kernels carry the mask policy of ``cuda/mask.h`` (windows, sequence
 lengths, segment ids, the soft cap); these tests first passed on an H100 on 2026-11-23 (head_dim
-64 and 128). Accuracy against the dense-mask reference and bitwise repetition per schedule at
-head_dim 64, 96 (the head_dim-128 kernels on zero-padded operands, jax_dash/_ffi.py) and 128; a
-head_dim above 128 runs the forward (at 256) and has its backward refused with a clear error.
+64 and 128; head_dim 256 on 2026-11-25). Accuracy against the dense-mask reference and bitwise
+repetition per schedule at head_dim 64, 96 (the head_dim-128 kernels on zero-padded operands,
+jax_dash/_ffi.py), 128 and 256, and 136 (the head_dim-256 kernels on zero-padded operands).
 Every test here is marked ``gpu`` and needs a CUDA GPU of compute capability 9.0.
 """
 
@@ -24,24 +24,22 @@ from test_masks import CASES, DETERMINISTIC, _mask_args, _segments
 HOPPER = (hopper_devices() or [None])[0]
 pytestmark = GPU_MARKS
 ATOL = {jnp.bfloat16: 1e-3, jnp.float16: 1e-3}
-# The Hopper kernels' head dims, and 96 (run zero-padded to 128); above 128 forward only (below).
-HEAD_DIMS = (64, 96, 128)
+# The Hopper kernels' head dims, and 96 (run zero-padded to 128).
+HEAD_DIMS = (64, 96, 128, 256)
 
 
-@pytest.mark.parametrize("head_dim", [136, 256])
-def test_masks_above_head_dim_128_forward_only(head_dim):
-    """Above 128 the masked forward runs (at 256) and matches the reference; the backward is
-    refused with a clear error."""
+@pytest.mark.parametrize("schedule", ["descending", "shift"])
+def test_masks_above_head_dim_128(schedule):
+    """136 runs the head_dim-256 kernels on zero-padded operands: forward and gradients with every
+    part of the mask at once, against the reference."""
     with jax.default_device(HOPPER):
-        q, k, v, _ = random_inputs(0, 2, 500, 500, 4, 2, head_dim, jnp.bfloat16)
+        q, k, v, dout = random_inputs(0, 2, 500, 500, 4, 2, 136, jnp.bfloat16)
         mask = _mask_args("all", 2, 500, 500)
-        out = jax_dash.attention(q, k, v, **mask)
-        ref, naive = references(q, k, v, jnp.zeros_like(q), **mask)
-        assert_close_to_reference("out", out, ref[0], naive[0], ATOL[jnp.bfloat16])
-        grad = jax.grad(lambda q: jax_dash.attention(q, k, v, **mask).astype(jnp.float32).sum())
-        with pytest.raises(jax.errors.JaxRuntimeError,
-                           match="Hopper backward supports head_dim up to 128"):
-            jax.block_until_ready(grad(q))
+        ours = attention_and_grads(lambda q, k, v: jax_dash.attention(
+            q, k, v, schedule=schedule, **mask), q, k, v, dout)
+        ref, naive = references(q, k, v, dout, **mask)
+        for name, o, r, n in zip(("out", "dq", "dk", "dv"), ours, ref, naive):
+            assert_close_to_reference(name, o, r, n, ATOL[jnp.bfloat16])
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -74,7 +72,7 @@ def test_masks_bitwise_over_repetitions(schedule, head_dim):
                 np.testing.assert_array_equal(a, np.asarray(b))
 
 
-@pytest.mark.parametrize("head_dim", (64, 128))
+@pytest.mark.parametrize("head_dim", (64, 128, 256))
 def test_dropped_hidden_pairs_keep_the_band_order(head_dim):
     """The Hopper backward leaves the tile pairs that lengths and segment ids hide out of its
     visit order and gives a kept pair the ticket of its rank among its dQ tile's visible

@@ -29,11 +29,12 @@ def _unit_sequences(seed, count):
                  for _ in range(count)]
 
 
+@pytest.mark.parametrize("q_stages", [1, 2])  # 1: the head_dim-256 backward's one Q/dO stage
 @pytest.mark.parametrize("ds_stages", [1, 2])
-def test_protocol_never_deadlocks(model, ds_stages):
+def test_protocol_never_deadlocks(model, ds_stages, q_stages):
     rng, sequences = _unit_sequences(ds_stages, 1500)
     for units in sequences:
-        model.run(units, rng, ds_stages)
+        model.run(units, rng, ds_stages, q_stages)
 
 
 def _writer_releasing_after_the_last_step(model):
@@ -52,7 +53,7 @@ def _writer_releasing_after_the_last_step(model):
 
 
 def _producer_on_the_wrong_parity(model):
-    def producer(units):
+    def producer(units, q_stages=2):
         q_iter = 0
         for steps in units + [None]:
             yield ("sync", model.UNIT)
@@ -61,7 +62,7 @@ def _producer_on_the_wrong_parity(model):
             if steps > 0:
                 yield ("mb_arrive", "kv_full")
             for _ in range(steps):
-                stage, phase = q_iter % model.STAGES, (q_iter // model.STAGES) & 1
+                stage, phase = q_iter % q_stages, (q_iter // q_stages) & 1
                 yield ("mb_wait", f"q_empty{stage}", phase)
                 yield ("mb_arrive", f"q_full{stage}")
                 q_iter += 1

@@ -79,8 +79,10 @@ int64_t total_items(const ScheduleProblem& sp) {
   return static_cast<int64_t>(sp.num_heads) * items_per_head(sp);
 }
 
-// Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none.
-template <template <class, int> class Traits, class F>
+// Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none. Head dim
+// 256 has only the register-sourced warp-specialized kernel (kWith256: ws-rs and its masked
+// instantiation; bwd_main_ws.cuh kSplitD).
+template <template <class, int> class Traits, bool kWith256 = false, class F>
 bool dispatch_traits(const AttentionParams& p, F&& f) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const bool fp16 = p.dtype == DType::kFloat16;
@@ -94,6 +96,13 @@ bool dispatch_traits(const AttentionParams& p, F&& f) {
     if (bf16) f(Traits<cutlass::bfloat16_t, 128>{});
     else f(Traits<cutlass::half_t, 128>{});
     return true;
+  }
+  if constexpr (kWith256) {
+    if (p.head_dim == 256) {
+      if (bf16) f(Traits<cutlass::bfloat16_t, 256>{});
+      else f(Traits<cutlass::half_t, 256>{});
+      return true;
+    }
   }
   return false;
 }
@@ -135,10 +144,10 @@ template <class F>
 bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
   switch (k) {
     case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
-    case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits, true>(p, f);
     case BwdKernel::kWarpSpecializedRs2: return dispatch_traits<WsRs2Traits>(p, f);
     case BwdKernel::kWarpSpecializedRsAsync: return dispatch_traits<WsRsAsyncTraits>(p, f);
-    case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits, true>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
   }
@@ -158,6 +167,11 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
     return ok;
   };
   BwdKernel k = requested_bwd_kernel();
+  // Head dim 256 has ws-rs only: every other request (a valid one) runs it, and a query too long
+  // for its tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.
+  if (p.head_dim == 256 && k != BwdKernel::kInvalid) {
+    return masked ? BwdKernel::kWarpSpecializedRsMask : BwdKernel::kWarpSpecializedRs;
+  }
   if ((k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync) &&
       (masked || !fits(k))) {
     k = BwdKernel::kWarpSpecializedRs;

@@ -44,9 +44,13 @@ struct BwdTraits {
   static constexpr bool kWarpSpecialized = false;
   static constexpr int kWarpgroups = 2;
   static constexpr int kThreads = kWarpgroups * 128;
-  static_assert(kBlockN == 64 * kWarpgroups, "each consumer warpgroup owns 64 KV rows");
+  // The classic kernel (bwd_main_kernel) runs head_dim 64 and 128, where each consumer warpgroup
+  // owns 64 KV rows; at 256 (64 KV rows a tile) these traits only lend their layouts to the
+  // warp-specialized kernel, which splits the head dim between its warpgroups (bwd_main_ws.cuh).
+  static constexpr bool kClassicShape = kBlockN == 64 * kWarpgroups;
   static_assert(kBlockM == 64 || kBlockM == 128, "wgmma N of the S/dP products");
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward supports head_dim 64 and 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "sm90 backward supports head_dim 64, 128 and 256");
 
   using BlockM = Int<kBlockM>;
   using BlockN = Int<kBlockN>;
@@ -295,6 +299,8 @@ __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const Sche
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_main_kernel(const AttentionParams p, const ScheduleProblem sp, const int64_t total_items) {
+  static_assert(Traits::kClassicShape && Traits::kHeadDim <= 128,
+                "the classic backward runs head_dim 64 and 128 (each warpgroup owns 64 KV rows)");
   using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
   constexpr int kBlockM = Traits::kBlockM;

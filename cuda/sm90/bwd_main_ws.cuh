@@ -126,6 +126,15 @@ template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false, int 
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
+  // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
+  // warpgroups owning 64 KV rows each, so both math warpgroups take all 64 KV rows, each owns half
+  // of dK's and dV's columns (64 + 64 accumulator registers), and each computes the whole S^T and
+  // dP^T (64 x 64 over d; the two compute the same bits, and each stores half of P^T / dS^T).
+  // S and dP are done twice (7 products' work instead of 5) in exchange for no hand-off of P or dP
+  // between the warpgroups. The Q/dO ring has one stage: two would need 64 KB more shared memory
+  // than the 227 KB there is (K, V, Q, dO at 32 KB each, the dQ buffer at 64 KB).
+  static constexpr bool kSplitD = kHeadDim_ == 256;
+  static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
   static constexpr bool kRsdKV = kRsdKV_;
   static constexpr bool kMask = kMask_;
   static constexpr int kdQStages = kdQStages_;
@@ -145,20 +154,36 @@ struct WsTraits {
   static constexpr int kMathRegisters = 240;
   static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,
                 "register file of one SM");
-  static constexpr int kStages = 2;  // Q/dO ring
+  static constexpr int kStages = kSplitD ? 1 : 2;  // Q/dO ring
+  // P^T of 256 columns in shared memory would be read by both warpgroups' dV wgmma while the
+  // other one may already store the next step's: kSplitD takes P^T and dS^T from registers.
+  static_assert(!kSplitD || kRsdKV, "head_dim 256 runs the register-sourced dK/dV (ws-rs)");
 
   using BlockM = typename Base::BlockM;
   using BlockN = typename Base::BlockN;
   using HeadDim = typename Base::HeadDim;
-  using TiledMmaSdP = typename Base::TiledMmaSdP;
+  // S^T, dP^T: the two warpgroups split the KV rows, or (kSplitD) each computes all of them.
+  using TiledMmaSdP = std::conditional_t<
+      kSplitD,
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,
+                                                   Shape<_64, BlockM, HeadDim>, GMMA::Major::K,
+                                                   GMMA::Major::K>(),
+                              Layout<Shape<_1, _1, _1>>{})),
+      typename Base::TiledMmaSdP>;
+  static constexpr int kSdPThreads = kSplitD ? 128 : kMathThreads;  // threads of one S^T tile
+  // dV, dK: the warpgroups split the KV rows, or (kSplitD) the head dim.
+  using dKVAtomShape = Shape<_64, Int<kSplitD ? kHeadDim / 2 : kHeadDim>, BlockM>;
+  using dKVAtomLayout =
+      std::conditional_t<kSplitD, Layout<Shape<_1, _2, _1>>, Layout<Shape<_2, _1, _1>>>;
   // dV, dK: SS as in bwd_main.cuh, or RS (A = P^T / dS^T from registers) with kRsdKV.
   using TiledMmadKV = std::conditional_t<
       kRsdKV,
-      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float,
-                                                   Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
-                                                   GMMA::Major::MN>(),
-                              Layout<Shape<_2, _1, _1>>{})),
-      typename Base::TiledMmadKV>;
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, dKVAtomShape,
+                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                              dKVAtomLayout{})),
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, dKVAtomShape,
+                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                              dKVAtomLayout{}))>;
   using TiledMmadQ = typename Base::TiledMmadQ;
   using SmemLayoutKV = typename Base::SmemLayoutKV;  // (Bn, d)
   using SmemLayoutQ = typename Base::SmemLayoutQ;    // (Bm, d)
@@ -719,7 +744,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmadKV mma_dkv;
   typename Traits::TiledMmadQ mma_dq;
-  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  // kSplitD: each warpgroup computes the whole S^T / dP^T tile as its own 128 threads.
+  auto thr_sdp = mma_sdp.get_thread_slice(tid % Traits::kSdPThreads);
+  const bool first_warpgroup = tid < 128;
   auto thr_dkv = mma_dkv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
 
@@ -927,6 +954,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       // P^T (SS only) is read only by this warpgroup's own dV wgmma, done in the previous step.
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); i += 2) {
+        // kSplitD: both warpgroups hold the whole tile; each stores its half of the fragment.
+        if (Traits::kSplitD && (i < size(tSrS) / 2) != first_warpgroup) continue;
         if constexpr (!Traits::kRsdKV) {
           Tensor tPsPt = thr_sdp.partition_C(sPt);
           st_shared_u32(&tPsPt(i), pack_pair(rP(i), rP(i + 1)));

@@ -72,25 +72,18 @@ ffi::Error check_hopper_device() {
   return ffi::Error::Success();
 }
 
-ffi::Error check_gpu_problem(const AttentionParams& p, bool backward) {
+ffi::Error check_gpu_problem(const AttentionParams& p) {
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) {
     return ffi::Error::InvalidArgument(
         "jax_dash: on GPU query/key/value must be bfloat16 or float16 (float32 runs on the CPU "
         "only); cast the inputs");
   }
-  // Smaller head dims reach here zero-padded to 64, 128 or (forward) 256 (jax_dash/_ffi.py
+  // Smaller head dims reach here zero-padded to 64, 128 or 256 (jax_dash/_ffi.py
   // hopper_head_dim).
-  if (backward && p.head_dim == 256) {
-    return ffi::Error(
-        ffi::ErrorCode::kUnimplemented,
-        "jax_dash: the Hopper backward supports head_dim up to 128 (64 and 128, smaller ones "
-        "zero-padded to them); a head_dim of 129-256 (run at 256) has a Hopper forward only, so "
-        "its gradients run on the CPU today (GPU backward: issue 13)");
-  }
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
     return ffi::Error::InvalidArgument(
-        "jax_dash: the Hopper kernels support head_dim up to 256 (64, 128 and, forward only, "
-        "256; smaller ones zero-padded to them), got " + std::to_string(p.head_dim) +
+        "jax_dash: the Hopper kernels support head_dim up to 256 (64, 128 and 256; smaller ones "
+        "zero-padded to them), got " + std::to_string(p.head_dim) +
         "; head_dim " + std::to_string(p.head_dim) + " runs on CPU today");
   }
   if (p.seq_q > INT32_MAX || p.seq_kv > INT32_MAX || p.batch > INT32_MAX) {
@@ -138,7 +131,7 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_mask(p, false); e.failure()) return e;
-  if (ffi::Error e = check_gpu_problem(p, false); e.failure()) return e;
+  if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (out->element_type() != q.element_type() ||
       static_cast<int64_t>(out->element_count()) !=
@@ -181,7 +174,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_mask(p, true); e.failure()) return e;
-  if (ffi::Error e = check_gpu_problem(p, true); e.failure()) return e;
+  if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,

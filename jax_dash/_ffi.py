@@ -114,8 +114,7 @@ def default_mask_arrays(q, k):
 
 
 # ---- head dims the Hopper kernels do not have -------------------------------------------------
-# The Hopper kernels are compiled for head_dim 64 and 128 (and the forward for 256). A smaller
-# multiple of 8 runs them on
+# The Hopper kernels are compiled for head_dim 64, 128 and 256. Another multiple of 8 runs them on
 # operands zero-padded along head_dim (on "cuda" only, chosen at lowering by
 # lax.platform_dependent; the CPU kernels take every multiple of 8 up to 256 as it is): the zero
 # columns add exact zeros to every Q.K dot product and to dO.O, and produce zero output and gradient
@@ -127,8 +126,7 @@ PAD_PLATFORMS = ("cuda",)
 
 def hopper_head_dim(head_dim: int) -> int:
     """The head_dim the Hopper kernels run a call of ``head_dim`` at: 64, 128 or 256 (the next
-    of them; 256 has a forward only, and the GPU handler refuses its backward with a clear error),
-    or ``head_dim`` itself above 256 (refused before it gets here)."""
+    of them), or ``head_dim`` itself above 256 (refused before it gets here)."""
     for width in (64, 128, 256):
         if head_dim <= width:
             return width

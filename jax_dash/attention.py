@@ -66,10 +66,9 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     Returns:
       Array with the shape and dtype of ``query``.
 
-    dtypes: bfloat16 and float16 on GPU (Hopper; head_dim up to 128: 64 and 128 natively, a
-    smaller multiple of 8 zero-padded to the next of them; every mask argument; the forward also
-    up to 256, run at 256, whose gradients the GPU refuses with a clear error); the CPU kernels
-    also take float32 and any head_dim that is a multiple of 8 up to 256. Inputs that are not
+    dtypes: bfloat16 and float16 on GPU (Hopper; head_dim up to 256: 64, 128 and 256 natively,
+    another multiple of 8 zero-padded to the next of them; every mask argument); the CPU kernels
+    also take float32; head_dim is a multiple of 8 up to 256 everywhere. Inputs that are not
     JAX arrays (NumPy arrays, lists) are converted with ``jnp.asarray`` first, as ``jax.nn``
     does, so NumPy float64 becomes float32 unless ``jax_enable_x64`` is on.
 
@@ -353,7 +352,7 @@ def _check_shapes(query, key, value):
                          f"({num_kv_heads}) (query {tuple(query.shape)}, key {tuple(key.shape)})")
     if head_dim == 0 or head_dim % 8 or head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head_dim={head_dim} is not supported: it must be a multiple of 8 up to "
-                         f"{MAX_HEAD_DIM} (on GPU up to 128, and up to 256 for the forward alone)")
+                         f"{MAX_HEAD_DIM}")
     if batch_axis and query.shape[0] == 0:
         raise ValueError(f"batch must be at least 1, got query {tuple(query.shape)}")
 

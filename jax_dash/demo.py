@@ -428,7 +428,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--layers", type=int, help="transformer layers")
     parser.add_argument("--heads", type=int, help="attention heads")
     parser.add_argument("--head-dim", type=int,
-                        help="head dimension (CPU: a multiple of 8 up to 256; GPU: up to 128)")
+                        help="head dimension (a multiple of 8 up to 256)")
     parser.add_argument("--batch", type=int, help="sequences per step")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES,
                         help="compute dtype (GPU kernels: bfloat16 or float16)")

@@ -7,6 +7,11 @@ to be kept in step with the kernel by hand (the comments name the code it mirror
 
     python scripts/ws_protocol_model.py [--trials N] [--seed S] [--ds-stages 1|2] [--q-stages 1|2]
 
+dq_in_stage (head_dim 256, WsTraits::kdQInStage): the math stores each step's dQ partial into that
+step's Q/dO stage once both warpgroups are done with it (a math barrier), hands it to the writer on
+the stage's own dQ-full barrier, and the writer, not the math, frees the stage for the producer
+(q_empty, one arrival) once its bulk reduction has read the partial: no dQ-empty barrier.
+
 Roles: P (producer warp), W (dQ writer warp), M0 and M1 (M2: the forward's third at head_dim 64)
 (the math warpgroups, each one actor: their
 threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
@@ -21,8 +26,9 @@ import argparse
 import random
 
 # Named barrier ids and their thread counts, in actors: UNIT = P + W + M0 + M1, dQ = W + M0 + M1.
-UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH = 1, 2, 3, 4, 5
-COUNTS = {UNIT: 4, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2}
+UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1 = 1, 2, 3, 4, 5, 6
+COUNTS = {UNIT: 4, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3}
+DQ_FULL_OF_STAGE = (DQ_FULL, DQ_FULL1)  # dq_in_stage: stage s's dQ-full barrier
 STAGES = 2  # the Q/dO ring: 2 stages, 1 at head_dim 256 (WsTraits::kStages)
 
 
@@ -31,14 +37,15 @@ class Deadlock(Exception):
 
 
 class CTA:
-    def __init__(self, counts=None, q_stages=STAGES):
+    def __init__(self, counts=None, q_stages=STAGES, dq_in_stage=False):
         self.counts = counts or COUNTS
         self.named = {b: {"gen": 0, "arrived": set()} for b in self.counts}
         # mbarriers: arrivals expected per phase, arrivals so far, completed phases.
         self.mbar = {"kv_full": [1, 0, 0]}
         for s in range(q_stages):
             self.mbar[f"q_full{s}"] = [1, 0, 0]
-            self.mbar[f"q_empty{s}"] = [2, 0, 0]  # one arrival per math actor (8 warps in the code)
+            # one arrival per math actor (8 warps in the code), or (dq_in_stage) the writer's one
+            self.mbar[f"q_empty{s}"] = [1 if dq_in_stage else 2, 0, 0]
 
     # named barriers
     def arrive(self, bar, actor):
@@ -83,11 +90,22 @@ def producer(units, q_stages=STAGES):
         yield ("sync", UNIT)                       # [C]
 
 
-def writer(units):
+def writer(units, q_stages=STAGES, dq_in_stage=False):
+    q_iter = 0
     for steps in units + [None]:
         yield ("sync", UNIT)
         if steps is None:
             return
+        if dq_in_stage:
+            for _ in range(steps):
+                stage = q_iter % q_stages
+                yield ("sync", DQ_FULL_OF_STAGE[stage])  # math stored dQ into the stage
+                # bulk reductions; wait_group.read
+                yield ("mb_arrive", f"q_empty{stage}")   # the stage is free for the producer
+                # wait_group 0; release the ticket
+                q_iter += 1
+            yield ("sync", UNIT)
+            continue
         if steps > 0:
             yield ("arrive", DQ_EMPTY)             # the buffer is free for the unit's first step
         for s in range(steps):
@@ -99,7 +117,7 @@ def writer(units):
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages, q_stages=STAGES):
+def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False):
     q_iter = 0
     kv_loads = 0
     for steps in units + [None]:
@@ -116,18 +134,23 @@ def math(units, ds_stages, q_stages=STAGES):
             if ds_stages == 1:
                 yield ("sync", MATH)               # the other warpgroup is past its dQ wgmma
             yield ("sync", PDS)
-            yield ("sync", DQ_EMPTY)
-            yield ("arrive", DQ_FULL)
-            yield ("mb_arrive", f"q_empty{stage}")
+            if dq_in_stage:
+                yield ("sync", MATH)               # both warpgroups' wgmmas done with the stage
+                yield ("arrive", DQ_FULL_OF_STAGE[stage])  # dQ stored into the stage
+            else:
+                yield ("sync", DQ_EMPTY)
+                yield ("arrive", DQ_FULL)
+                yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
         yield ("sync", UNIT)                       # [C]
 
 
-def run(units, rng, ds_stages, q_stages=STAGES):
-    _interleave(CTA(q_stages=q_stages),
-                {"P": producer(units, q_stages), "W": writer(units),
-                 "M0": math(units, ds_stages, q_stages), "M1": math(units, ds_stages, q_stages)},
-                rng, f"units {units} q_stages {q_stages}")
+def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False):
+    _interleave(CTA(q_stages=q_stages, dq_in_stage=dq_in_stage),
+                {"P": producer(units, q_stages), "W": writer(units, q_stages, dq_in_stage),
+                 "M0": math(units, ds_stages, q_stages, dq_in_stage),
+                 "M1": math(units, ds_stages, q_stages, dq_in_stage)},
+                rng, f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage}")
 
 
 # ---- forward (fwd_sm90.cu, kWs): producer thread, two or three math warpgroups taking turns ----
@@ -243,14 +266,15 @@ def main():
     rng = random.Random(args.seed)
     for q_stages in ((args.q_stages,) if args.q_stages else (1, 2)):
         for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
-            for _ in range(args.trials):
-                units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
-                run(units, rng, ds_stages, q_stages)
+            for dq_in_stage in (False, True):
+                for _ in range(args.trials):
+                    units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
+                    run(units, rng, ds_stages, q_stages, dq_in_stage)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             run_forward(rng.randint(0, 9), rng, warpgroups)
-    print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers) "
-          "setting, forward "
+    print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
+          "in the stage or not) setting, forward "
           f"{args.trials} random KV-tile counts per warpgroup count (2, 3), each under a random "
           "interleaving: no deadlock, every barrier generation complete")
 

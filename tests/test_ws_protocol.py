@@ -29,16 +29,53 @@ def _unit_sequences(seed, count):
                  for _ in range(count)]
 
 
-@pytest.mark.parametrize("q_stages", [1, 2])  # 1: the head_dim-256 backward's one Q/dO stage
+class _Starving(random.Random):
+    """An interleaving that runs one actor (``slow``) only 1 time in 10 when another can run: the
+    uniform choice rarely lets the others run far ahead of one role, which is where a barrier
+    generation can be joined twice by the same actor."""
+
+    def __init__(self, seed, slow):
+        super().__init__(seed)
+        self.slow = slow
+
+    def choice(self, seq):
+        if (isinstance(seq, list) and len(seq) > 1 and self.slow in seq
+                and all(isinstance(x, str) for x in seq) and self.random() < 0.9):
+            seq = [x for x in seq if x != self.slow]
+        return super().choice(seq)
+
+
+@pytest.mark.parametrize("slow", [None, "P", "W", "M0", "M1"])
+@pytest.mark.parametrize("dq_in_stage", [False, True])  # True: head_dim 256 (kdQInStage)
+@pytest.mark.parametrize("q_stages", [1, 2])
 @pytest.mark.parametrize("ds_stages", [1, 2])
-def test_protocol_never_deadlocks(model, ds_stages, q_stages):
-    rng, sequences = _unit_sequences(ds_stages, 1500)
+def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq_in_stage, slow):
+    rng, sequences = _unit_sequences(ds_stages, 1500 if slow is None else 300)
+    if slow is not None:
+        rng = _Starving(ds_stages, slow)
     for units in sequences:
-        model.run(units, rng, ds_stages, q_stages)
+        model.run(units, rng, ds_stages, q_stages, dq_in_stage)
+
+
+def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
+    """With the dQ partial in the Q/dO stage and no dQ-empty barrier, the math can store step s+1
+    before the writer has taken step s: one dQ-full barrier for both stages would then see the
+    math arrive twice in one generation. The model must catch that (the kernel has one per
+    stage)."""
+    monkeypatch.setattr(model, "DQ_FULL_OF_STAGE", (model.DQ_FULL, model.DQ_FULL))
+    _, sequences = _unit_sequences(11, 300)
+    rng = _Starving(11, "W")
+    caught = 0
+    for units in sequences:
+        try:
+            model.run(units, rng, 2, 2, True)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught > 50
 
 
 def _writer_releasing_after_the_last_step(model):
-    def writer(units):
+    def writer(units, q_stages=2, dq_in_stage=False):
         for steps in units + [None]:
             yield ("sync", model.UNIT)
             if steps is None:

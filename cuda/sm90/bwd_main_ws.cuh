@@ -12,6 +12,8 @@
 //             the reduction to complete in global memory, then releases the ticket (with
 //             kAsyncRelease: publishes the completion to the releaser warp instead). With two dQ
 //             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.
+//             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
+//             the writer, once it has read it, frees the stage for the producer (q_empty).
 //     warp 2  RELEASER (kAsyncRelease, "ws-rs-async" only): releases the tickets of the steps whose
 //             reductions the writer found complete, in visit order, one GPU-scope fence for all
 //             it finds ready, so the writer never waits for that fence; otherwise exits.
@@ -131,9 +133,16 @@ struct WsTraits {
   // of dK's and dV's columns (64 + 64 accumulator registers), and each computes the whole S^T and
   // dP^T (64 x 64 over d; the two compute the same bits, and each stores half of P^T / dS^T).
   // S and dP are done twice (7 products' work instead of 5) in exchange for no hand-off of P or dP
-  // between the warpgroups. The Q/dO ring has one stage: two would need 64 KB more shared memory
-  // than the 227 KB there is (K, V, Q, dO at 32 KB each, the dQ buffer at 64 KB).
+  // between the warpgroups.
   static constexpr bool kSplitD = kHeadDim_ == 256;
+  // kdQInStage (with kSplitD): two Q/dO stages and a 64 KB dQ buffer do not fit in 227 KB (K, V,
+  // two stages of Q and dO at 32 KB each: 192 KB), so the step's dQ partial (64 KB of fp32, the
+  // size of one stage's Q and dO) is stored into the step's own stage once both math warpgroups'
+  // wgmmas are done with it, and the writer frees the stage for the producer (q_empty, its one
+  // arrival) once its bulk reductions have read it. Each stage has its own dQ-full barrier and
+  // there is no dQ-empty barrier (scripts/ws_protocol_model.py, dq_in_stage). With one stage and
+  // a separate dQ buffer (the first head_dim-256 kernel) the math waited 19-38% of its cycles for
+  // the next step's Q/dO (H100, 2026-11-25).
   static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
   static constexpr bool kRsdKV = kRsdKV_;
   static constexpr bool kMask = kMask_;
@@ -154,7 +163,8 @@ struct WsTraits {
   static constexpr int kMathRegisters = 240;
   static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,
                 "register file of one SM");
-  static constexpr int kStages = kSplitD ? 1 : 2;  // Q/dO ring
+  static constexpr bool kdQInStage = kSplitD;
+  static constexpr int kStages = 2;  // Q/dO ring
   // P^T of 256 columns in shared memory would be read by both warpgroups' dV wgmma while the
   // other one may already store the next step's: kSplitD takes P^T and dS^T from registers.
   static_assert(!kSplitD || kRsdKV, "head_dim 256 runs the register-sourced dK/dV (ws-rs)");
@@ -196,18 +206,23 @@ struct WsTraits {
   static constexpr int kdQFloatsPerThread = kdQFloats / kMathThreads;
   static_assert(kdQFloatsPerThread % 4 == 0, "dQ goes to shared memory in 16-byte chunks");
   static constexpr uint32_t kdQBytes = kdQFloats * sizeof(float);
+  static_assert(!kdQInStage || 2 * kBlockM * kHeadDim * sizeof(Element) == kdQBytes,
+                "kdQInStage: one stage's Q and dO hold exactly one dQ partial");
 
   static constexpr int kPtElems = kRsdKV ? 8 : kBlockN * kBlockM;  // P^T in smem only for SS
   template <int kdSStages>
   struct Storage {
+    // The dK/dV epilogue stages its tiles from k on, over everything up to q (kdQInStage: the
+    // writer may still read the last steps' dQ from their Q/dO stages) or up to dq.
     alignas(1024) Element k[kBlockN * kHeadDim];
     alignas(1024) Element v[kBlockN * kHeadDim];
+    alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
-    alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
     // P^T (SS only; a 16-byte placeholder with kRsdKV, placed here so it costs no alignment pad).
     alignas(kRsdKV ? 16 : 1024) Element pt[kPtElems];
-    alignas(128) float dq[kdQStages][kdQFloats];
+    // The dQ buffers (kdQInStage: a 16-byte placeholder, the partials live in the Q/dO stages).
+    alignas(128) float dq[kdQInStage ? 1 : kdQStages][kdQInStage ? 4 : kdQFloats];
     alignas(16) float lse_log2[kStages][kBlockM];
     alignas(16) float dsum[kStages][kBlockM];
     alignas(8) uint64_t kv_full;
@@ -399,16 +414,21 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
   int32_t reduced = 0;  // kAsyncRelease: the leader's count behind smem.reduced_steps
+  int q_iter = 0;        // kdQInStage: steps so far (all units), as the producer counts them
 
   WsUnit u;
   while (published_unit(P, smem, &u)) {
     const int num_steps = u.num_steps;
     // The buffers are free for the unit's first steps (the previous unit's reductions were waited
     // for).
-    for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
-      named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
-    for (int s = 0; s < num_steps; ++s) {
-      const int buf = Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages;
+    if constexpr (!Traits::kdQInStage) {
+      for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
+        named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
+    }
+    for (int s = 0; s < num_steps; ++s, ++q_iter) {
+      // kdQInStage: the stage's barrier; otherwise the buffer's.
+      const int buf = Traits::kdQInStage ? q_iter % Traits::kStages
+                                         : (Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages);
       const int m = visit_m[s];
       int32_t* sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m;
       // Wait for the ticket first: the spin overlaps the math warpgroups' work on this step.
@@ -426,13 +446,23 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
       if (leader) {
         float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
                                   static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-        bulk_reduce_add_f32(tile, smem.dq[buf], Traits::kdQBytes);
+        if constexpr (Traits::kdQInStage) {
+          // The partial's first half lies in the stage's Q buffer, the second in its dO buffer.
+          constexpr uint32_t kHalf = Traits::kdQBytes / 2;
+          bulk_reduce_add_f32(tile, reinterpret_cast<const float*>(smem.q[buf]), kHalf);
+          bulk_reduce_add_f32(tile + Traits::kdQFloats / 2,
+                              reinterpret_cast<const float*>(smem.dout[buf]), kHalf);
+        } else {
+          bulk_reduce_add_f32(tile, smem.dq[buf], Traits::kdQBytes);
+        }
         bulk_commit_group();
         bulk_wait_group_read_all();
+        // kdQInStage: the stage is read; the producer may load a later step's Q/dO into it.
+        if constexpr (Traits::kdQInStage) cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[buf]);
       }
       __syncwarp();
       tracer.stop(kTraceWriterWaitReduce, t_reduce);
-      if (s + Traits::kdQStages < num_steps) {
+      if (!Traits::kdQInStage && s + Traits::kdQStages < num_steps) {
         named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
       }
       if (leader) {
@@ -970,7 +1000,11 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       if constexpr (Traits::kRsdKV) {
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
-        warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
+        if constexpr (Traits::kdQInStage) {
+          warpgroup_wait<0>();  // dV, dQ, dK: this warpgroup is done with the stage's Q and dO
+        } else {
+          warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
+        }
       } else {
         Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
         Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
@@ -981,6 +1015,32 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
       }
       warpgroup_fence_operand(tdQrdQ);
+      if constexpr (Traits::kdQInStage) {
+        // Hand dQ to the writer in the step's own stage, once the other warpgroup's wgmmas are
+        // done with it too (fragment order as below: chunks k < half of each thread in Q's
+        // buffer, the rest in dO's). The writer frees the stage (q_empty) after reading it.
+        warpgroup_fence_operand(tdKrdK);
+        warpgroup_fence_operand(tdVrdV);
+        const long long t_stage = tracer.start();
+        named_barrier_sync(kMathBarrier, kMathThreads);
+        tracer.stop(kTraceMathWaitdQEmpty, t_stage);
+        constexpr int kChunks = Traits::kdQFloatsPerThread / 4;
+        float4* lo = reinterpret_cast<float4*>(smem.q[stage]);
+        float4* hi = reinterpret_cast<float4*>(smem.dout[stage]);
+        CUTE_UNROLL
+        for (int k = 0; k < kChunks; ++k) {
+          const float4 v =
+              make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+          if (k < kChunks / 2) {
+            lo[k * kMathThreads + tid] = v;
+          } else {
+            hi[(k - kChunks / 2) * kMathThreads + tid] = v;
+          }
+        }
+        fence_async_shared();  // generic smem stores -> the writer's bulk reductions
+        // No q_empty arrival here: the writer frees the stage.
+        named_barrier_arrive(dq_full_barrier(stage), Traits::kdQThreads);
+      } else {
       // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
       // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
       const int dq_buf = Traits::kdQStages == 1 ? 0 : step % Traits::kdQStages;
@@ -1003,22 +1063,25 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       if (cute::elect_one_sync()) {
         cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);
       }
+      }  // !kdQInStage
     }
 
     // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
+    // Staged from K on, over the shared memory no role reads until the unit barrier: up to the
+    // dQ buffers, or (kdQInStage) up to Q (the writer may still read dQ from the Q/dO stages).
+    constexpr size_t kStageEnd =
+        (Traits::kdQInStage ? offsetof(typename Traits::SharedStorage, q)
+                            : offsetof(typename Traits::SharedStorage, dq)) -
+        offsetof(typename Traits::SharedStorage, k);
     const long long t_epilogue = tracer.start();
     if (p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32) {
-      static_assert(offsetof(typename Traits::SharedStorage, dst) -
-                            offsetof(typename Traits::SharedStorage, k) >=
-                        2 * kBlockN * (kHeadDim + 8) * sizeof(Element),
-                    "K, V, Q and dO hold the staged dK and dV");
+      static_assert(kStageEnd >= 2 * kBlockN * (kHeadDim + 8) * sizeof(Element),
+                    "the staging region holds the staged dK and dV");
       store_dk_dv_staged<Element, kHeadDim, kBlockN, kMathThreads>(
           p, tid, scale, b, h, kv0, tdKrdK, tdVrdV, tdKVc, smem.k);
     } else if constexpr (!Traits::kMask) {
-      static_assert(offsetof(typename Traits::SharedStorage, dst) -
-                            offsetof(typename Traits::SharedStorage, k) >=
-                        kBlockN * kHeadDim * sizeof(float),
-                    "K, V, Q and dO hold one staged float32 tile");
+      static_assert(kStageEnd >= kBlockN * kHeadDim * sizeof(float),
+                    "the staging region holds one staged float32 tile");
       store_dk_dv_staged_f32<Element, kHeadDim, kBlockN, kMathThreads>(
           p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
           reinterpret_cast<float*>(smem.k));
@@ -1055,7 +1118,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&smem.q_empty[s], Traits::kMathWarps);
+      // kdQInStage: the writer frees a stage (one arrival), else every math warp.
+      cutlass::arch::ClusterBarrier::init(&smem.q_empty[s],
+                                          Traits::kdQInStage ? 1 : Traits::kMathWarps);
     }
     cutlass::arch::fence_barrier_init();
   }

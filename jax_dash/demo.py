@@ -96,8 +96,8 @@ class DemoConfig:
 def default_config(backend: str | None = None, **overrides) -> DemoConfig:
     """Defaults per backend: under a minute on an idle 2-core CPU; a bigger bf16 model on a GPU.
 
-    The GPU kernels take bf16/fp16 and run head_dim 64 and 128 natively, so the GPU default uses
-    those.
+    The GPU kernels take bf16/fp16 and run head_dim 64, 128 and 256 natively, so the GPU default
+    uses one of those.
     """
     backend = backend or jax.default_backend()
     if backend == "gpu":

@@ -30,7 +30,7 @@ RING_SIZE = 4
 # batch, seq, heads, kv_heads: GQA; seq / (2 * RING_SIZE) = 128 tokens per zigzag chunk.
 BATCH, SEQ, HEADS, KV_HEADS = 1, 1024, 4, 2
 CASES = [(64, False, "contiguous"), (128, True, "contiguous"), (128, True, "zigzag"),
-         (64, True, "zigzag")]
+         (64, True, "zigzag"), (256, True, "zigzag")]  # 256: the float32 dK/dV epilogue at 256
 CASE_IDS = [f"hd{d}-{'causal' if c else 'full'}-{layout}" for d, c, layout in CASES]
 
 

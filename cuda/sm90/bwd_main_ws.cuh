@@ -195,6 +195,15 @@ struct WsTraits {
                                                    GMMA::Major::K, GMMA::Major::MN>(),
                               dKVAtomLayout{}))>;
   using TiledMmadQ = typename Base::TiledMmadQ;
+  // kSplitD: dQ of one warpgroup's 128 columns in two 64-column halves, one warpgroup each, after
+  // its dK and dV are complete. With dQ's 64 accumulators live beside dK's and dV's 128 and the
+  // 16-bit P^T / dS^T operands, ptxas serialized every wgmma of the kernel ("insufficient register
+  // resources", C7512). Half h of warpgroup w holds values 32h..32h+31 of TiledMmadQ's fragment
+  // (the same rows and columns), so the fragment order of dq_accum is unchanged.
+  using TiledMmadQHalf = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, _64, BlockN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _1, _1>>{}));
   using SmemLayoutKV = typename Base::SmemLayoutKV;  // (Bn, d)
   using SmemLayoutQ = typename Base::SmemLayoutQ;    // (Bm, d)
   using SmemLayoutPt = typename Base::SmemLayoutPt;  // (Bn, Bm)
@@ -780,6 +789,15 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   auto thr_dkv = mma_dkv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
 
+  // kSplitD: the two 64-column halves of this warpgroup's dQ (TiledMmadQHalf), B = K^T rows
+  // [128 w + 64 h, +64) of the (d, Bn) view.
+  typename Traits::TiledMmadQHalf mma_dq_half;
+  auto thr_dq_half = mma_dq_half.get_thread_slice(tid % 128);
+  const int dq_block0 = 2 * (tid / 128);
+  Tensor tdQrKt0 = thr_dq_half.partition_fragment_B(
+      local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0, _0{})));
+  Tensor tdQrKt1 = thr_dq_half.partition_fragment_B(
+      local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0 + 1, _0{})));
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
   Tensor tSrV = thr_sdp.partition_fragment_A(sV);
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
@@ -997,7 +1015,11 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       named_barrier_sync(kPdSBarrier, kMathThreads);
       tracer.stop(kTraceMathWaitPdS, t_pds);
 
-      if constexpr (Traits::kRsdKV) {
+      if constexpr (Traits::kSplitD) {
+        // dK now, dQ in halves below, once dK and dV are complete.
+        gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
+        warpgroup_wait<0>();  // dV, dK: this warpgroup is done with the stage's Q and dO
+      } else if constexpr (Traits::kRsdKV) {
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
         if constexpr (Traits::kdQInStage) {
@@ -1027,14 +1049,34 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         constexpr int kChunks = Traits::kdQFloatsPerThread / 4;
         float4* lo = reinterpret_cast<float4*>(smem.q[stage]);
         float4* hi = reinterpret_cast<float4*>(smem.dout[stage]);
-        CUTE_UNROLL
-        for (int k = 0; k < kChunks; ++k) {
-          const float4 v =
-              make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
-          if (k < kChunks / 2) {
-            lo[k * kMathThreads + tid] = v;
-          } else {
-            hi[(k - kChunks / 2) * kMathThreads + tid] = v;
+        if constexpr (Traits::kSplitD) {
+          // Half h's 32 values are chunks 8h..8h+7 of the fragment: half 0 to Q's buffer, half 1
+          // to dO's.
+          Tensor tdQrdS_h = thr_dq_half.partition_fragment_A(sdS);
+          auto half = [&](const auto& tdQrKt_h, float4* dst) JAX_DASH_INLINE {
+            Tensor acc = partition_fragment_C(mma_dq_half, Shape<BlockM, _64>{});
+            static_assert(decltype(size(acc))::value * 2 == Traits::kdQFloatsPerThread);
+            gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc);
+            CUTE_UNROLL
+            for (int k = 0; k < kChunks / 2; ++k) {
+              dst[k * kMathThreads + tid] =
+                  make_float4(acc(4 * k), acc(4 * k + 1), acc(4 * k + 2), acc(4 * k + 3));
+            }
+          };
+          half(tdQrKt0, lo);
+          half(tdQrKt1, hi);
+        } else {
+          CUTE_UNROLL
+          for (int k = 0; k < kChunks; ++k) {
+            const float4 v = make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2),
+                                         tdQrdQ(4 * k + 3));
+            if (k < kChunks / 2) {
+              lo[k * kMathThreads + tid] = v;
+            } else {
+              hi[(k - kChunks / 2) * kMathThreads + tid] = v;
+            }
           }
         }
         fence_async_shared();  // generic smem stores -> the writer's bulk reductions

@@ -29,7 +29,7 @@ import random
 UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1 = 1, 2, 3, 4, 5, 6
 COUNTS = {UNIT: 4, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3}
 DQ_FULL_OF_STAGE = (DQ_FULL, DQ_FULL1)  # dq_in_stage: stage s's dQ-full barrier
-STAGES = 2  # the Q/dO ring: 2 stages, 1 at head_dim 256 (WsTraits::kStages)
+STAGES = 2  # the Q/dO ring (WsTraits::kStages; 1 was the first head_dim-256 kernel's, kept modelled)
 
 
 class Deadlock(Exception):
@@ -261,7 +261,7 @@ def main():
     parser.add_argument("--ds-stages", type=int, choices=(1, 2), default=None,
                         help="dS^T buffers (hd64 ws: 1; else 2); default: both")
     parser.add_argument("--q-stages", type=int, choices=(1, 2), default=None,
-                        help="Q/dO ring stages (head_dim 256: 1; else 2); default: both")
+                        help="Q/dO ring stages (the kernels: 2); default: both")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     for q_stages in ((args.q_stages,) if args.q_stages else (1, 2)):

@@ -738,8 +738,8 @@ int main(int argc, char** argv) {
       // Enough KV tiles (and, backward, Q tiles) that every 2-stage ring wraps several times.
       {1, 800, 800, 2, 1, 128, true, Schedule::kDescending, bf16},
       {1, 700, 900, 2, 2, 64, false, Schedule::kShift, fp16},
-      // Head dim 256 (64-row tiles, the head dim split between the math warpgroups; one Q/dO
-      // stage): partial tiles, GQA, seq_q != seq_kv.
+      // Head dim 256 (64-row tiles, the head dim split between the math warpgroups, dQ handed
+      // over in the Q/dO stage): partial tiles, GQA, seq_q != seq_kv.
       {1, 200, 200, 2, 2, 256, true, Schedule::kDescending, bf16},
       {2, 150, 330, 4, 2, 256, false, Schedule::kSymmetricShift, fp16},
       {1, 300, 100, 2, 1, 256, true, Schedule::kAtomic, bf16},

@@ -47,7 +47,7 @@ class _Starving(random.Random):
 
 @pytest.mark.parametrize("slow", [None, "P", "W", "M0", "M1"])
 @pytest.mark.parametrize("dq_in_stage", [False, True])  # True: head_dim 256 (kdQInStage)
-@pytest.mark.parametrize("q_stages", [1, 2])
+@pytest.mark.parametrize("q_stages", [1, 2])  # 2: the kernels; 1: the first hd256 kernel
 @pytest.mark.parametrize("ds_stages", [1, 2])
 def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq_in_stage, slow):
     rng, sequences = _unit_sequences(ds_stages, 1500 if slow is None else 300)

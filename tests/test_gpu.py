@@ -104,11 +104,15 @@ def test_forward_gqa_and_odd_heads(gqa, head_dim):
         _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
 
 
-@pytest.mark.parametrize("scale", [0.5, -0.25, 2.0])
-def test_forward_any_scale(scale):
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("scale", [0.5, -0.25, 2.0, 0.0])
+def test_forward_any_scale(scale, head_dim):
     # A negative scale flips which score is the row max: the kernel must take the max after scaling.
-    q, k, v = _inputs(jax.random.key(11), 1, 300, 300, 2, 2, 64, jnp.bfloat16)
-    _check_against_reference(q, k, v, scale, True)
+    # A positive one is folded into the exponent's FFMA (raw scores masked to -inf); zero and
+    # negative scales take the scale-first path (cuda/sm90/fwd_sm90.cu, softmax_scores).
+    q, k, v = _inputs(jax.random.key(11), 1, 300, 300, 2, 2, head_dim, jnp.bfloat16)
+    for is_causal in (False, True):
+        _check_against_reference(q, k, v, scale, is_causal)
 
 
 def _poisoned_call(q, k, v, is_causal, poison):

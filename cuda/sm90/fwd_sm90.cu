@@ -397,6 +397,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
   const AttentionMask mask{p.seq_kv, p.is_causal};
   const float scale = *p.scale;
   const float scale_log2 = scale * kLog2e;  // the softmax runs on exp2
+  // Fold the scale into the exponent (softmax_scores below): every call with a positive scale and
+  // no soft cap. A zero or negative scale (allowed, if odd) takes the scale-first path.
+  const bool fold = !(kMask && p.soft_cap > 0.f) && scale_log2 > 0.f;
+  const float exponent_factor = fold ? scale_log2 : 1.f;
   int kv_base = 0, q_count = 0;  // this CTA's KV iterations and Q loads before the current tile
   for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
     const Tile tile = tile_at(tile_index);
@@ -474,11 +478,14 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
       warpgroup_commit_batch();
     };
     // Scale and mask S_j (already complete in registers), then the first half of the softmax.
+    // With a positive scale and no soft cap (fold: uniform across the CTA) S stays unscaled, is
+    // masked to -inf as it is, and the scale goes into the exponent's FFMA
+    // (OnlineSoftmax::update_scores); otherwise it is scaled first and the factor is 1.
     float correction[kRows];
     auto softmax_scores = [&](int j) JAX_DASH_INLINE {
       if (kMask && p.soft_cap > 0.f) {
         soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
-      } else {
+      } else if (!fold) {
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
       }
@@ -502,7 +509,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
       } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
         mask.apply(scores, score_coords, row_begin, col_begin);
       }
-      softmax.update_scores(scores, correction);
+      softmax.update_scores(scores, exponent_factor, correction);
     };
     auto scores_to_p = [&]() JAX_DASH_INLINE {
       CUTE_UNROLL

@@ -66,12 +66,19 @@ struct OnlineSoftmax {
     }
   }
 
-  // scores (rows x cols, fp32) hold scaled log2-unit scores; masked entries are -inf. Replaces them
-  // with exp2(score - new_max) and returns in correction[r] the factor by which the output
-  // accumulator rows must be rescaled. Split from rescale() so that the forward can do this part
-  // while the previous tile's P V wgmma still owns the output accumulator.
+  // scores (rows x cols, fp32) hold scores in log2 units once multiplied by factor (> 0); masked
+  // entries are -inf. Replaces them with exp2(factor * score - new_max), one FFMA and one ex2 per
+  // score, and returns in correction[r] the factor by which the output accumulator rows must be
+  // rescaled; row_max[] is kept in log2 units. Split from rescale() so that the forward can do
+  // this part while the previous tile's P V wgmma still owns the output accumulator.
+  // The forward passes its raw scores with factor = scale * log2(e) when the scale is positive:
+  // the row max of the scaled scores is then the scaled row max (round-to-nearest is monotone), so
+  // row_max[] and correction[] are those of scaling first, and the probabilities have one rounding
+  // fewer. With factor 1 (scores scaled already, e.g. soft-capped), fma(s, 1, -m) rounds once like
+  // s - m: the scale-first arithmetic to the bit.
   template <class ScoreRC>
-  __device__ __forceinline__ void update_scores(ScoreRC& scores, float (&correction)[kRows]) {
+  __device__ __forceinline__ void update_scores(ScoreRC& scores, float factor,
+                                                float (&correction)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(scores))::value == kRows, "row count mismatch");
     CUTE_UNROLL
@@ -79,7 +86,7 @@ struct OnlineSoftmax {
       float tile_max = -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const float new_max = fmaxf(row_max[r], quad_max(tile_max));
+      const float new_max = fmaxf(row_max[r], quad_max(tile_max) * factor);
       // A row that has seen only masked keys keeps max -inf; subtracting 0 keeps exp2 at 0 and
       // avoids (-inf) - (-inf) = NaN.
       const float base = new_max == -INFINITY ? 0.f : new_max;
@@ -88,7 +95,7 @@ struct OnlineSoftmax {
       float sum = 0.f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) {
-        const float p = exp2_ftz(scores(r, c) - base);
+        const float p = exp2_ftz(fmaf(scores(r, c), factor, -base));
         scores(r, c) = p;
         sum += p;
       }
@@ -104,14 +111,6 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int c = 0; c < size<1>(acc_out); ++c) acc_out(r, c) *= correction[r];
     }
-  }
-
-  // Both halves at once (same arithmetic as update_scores() then rescale()).
-  template <class ScoreRC, class OutRC>
-  __device__ __forceinline__ void update(ScoreRC& scores, OutRC& acc_out) {
-    float correction[kRows];
-    update_scores(scores, correction);
-    rescale(acc_out, correction);
   }
 
   // Normalizes the output rows; returns the natural-log LSE of row r in lse[r]. A row that saw no

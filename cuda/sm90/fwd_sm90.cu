@@ -360,7 +360,13 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
     warpgroup_registers_increase<Traits::kMathRegisters>();
   }
   const unsigned math_tid = kWs ? threadIdx.x - kThreadsPerWarpgroup : threadIdx.x;
-  const int math_wg = static_cast<int>(math_tid / kThreadsPerWarpgroup);
+  // Broadcast from lane 0 so that ptxas knows the index is warp-uniform: branches and barrier ids
+  // that depend on it then keep the warp provably converged. With the plain division, inside the
+  // persistent kernel's tile loop ptxas built every wgmma descriptor in vector registers (four
+  // R2UR before each HGMMA of S = Q K^T, two before each of P V: on the other warpgroup's critical
+  // path in the ping-pong) and guarded the softmax's shuffles with a run-time convergence check.
+  const int math_wg =
+      __shfl_sync(0xffffffffu, static_cast<int>(math_tid / kThreadsPerWarpgroup), 0);
   // kWs: this math warp is done reading a K or V stage (one arrive per warp).
   auto release = [&](uint64_t* empty) JAX_DASH_INLINE {
     if constexpr (kWs) {

@@ -115,6 +115,30 @@ def test_forward_any_scale(scale, head_dim):
         _check_against_reference(q, k, v, scale, is_causal)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq", [1000, 4096, 4224])
+def test_forward_kernels_give_the_same_bits(monkeypatch, seq, head_dim):
+    """The default forward runs ws-persistent up to 4096 keys and the one-tile ws kernel above
+    (cuda/sm90/fwd_sm90.cu): either side of that cut, the default, ws, ws-persistent and classic
+    give the same bits (GQA, causal and full, a partial last tile)."""
+    q, k, v = _inputs(jax.random.key(21), 1, seq, seq, 4, 2, head_dim, jnp.bfloat16)
+    scale = 1.0 / math.sqrt(head_dim)
+    for is_causal in (False, True):
+        runs = {}
+        for name in ("", "ws", "ws-persistent", "classic"):
+            monkeypatch.setenv("JAX_DASH_SM90_FWD", name)
+            out, lse = _fwd(q, k, v, scale=scale, is_causal=is_causal)
+            runs[name or "default"] = (np.asarray(out.view(jnp.uint16)),
+                                       np.asarray(lse.view(jnp.uint32)))
+        default = runs.pop("default")
+        for name, (out, lse) in runs.items():
+            where = f"{name} (seq {seq}, causal {is_causal})"
+            assert np.array_equal(out, default[0]), f"out of {where} differs from the default"
+            assert np.array_equal(lse, default[1]), f"lse of {where} differs from the default"
+    monkeypatch.delenv("JAX_DASH_SM90_FWD")
+    _check_against_reference(q, k, v, scale, True)
+
+
 def _poisoned_call(q, k, v, is_causal, poison):
     """Runs the forward right after freeing a buffer of out's size filled with `poison`, so that the
     allocator hands (very likely) the poisoned memory to the kernel's output."""

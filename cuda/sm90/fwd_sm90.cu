@@ -740,19 +740,26 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
     return p.q_segment_ids != nullptr ? dispatch_fwd<true, true, false, true>(p, stream)
                                       : dispatch_fwd<true, true>(p, stream);
   }
-  if (fwd_uses_persistent()) return dispatch_fwd<true, false, true>(p, stream);
+  if (fwd_uses_persistent(p)) return dispatch_fwd<true, false, true>(p, stream);
   return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)
                                      : dispatch_fwd<false, false>(p, stream);
 }
 
-// JAX_DASH_SM90_FWD: "ws" (the default, also when unset or empty), "ws-persistent" (experimental:
-// the same kernel looping over tiles, stage F4; a call with a mask beyond causal runs "ws"'s masked
-// kernel) or "classic".
+// JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
+// kPersistentMaxSeqKv tokens, ws above; "ws": the one-tile kernel; "ws-persistent": the persistent
+// one at every length (a call with a mask beyond causal runs "ws"'s masked kernel either way);
+// "classic". All give the same bits, so the choice by length changes no result.
+// The cut (2026-11-25, H100, round 8 call 4, kernel-only): the persistent kernel was 2.1-7.3%
+// faster than ws at 2k-4k tokens (it hides each tile's prologue and epilogue under the previous
+// tile) and level at 8k (+0.4%, hd128 full); round 4 saw it lose at 8k-16k causal, where its static
+// tile order cannot balance causal tiles as the hardware's block scheduler does.
 namespace {
-enum class FwdKernel { kWs, kWsPersistent, kClassic, kInvalid };
+constexpr int64_t kPersistentMaxSeqKv = 4096;
+enum class FwdKernel { kAuto, kWs, kWsPersistent, kClassic, kInvalid };
 FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "ws") == 0) return FwdKernel::kWs;
+  if (v == nullptr || *v == '\0') return FwdKernel::kAuto;
+  if (std::strcmp(v, "ws") == 0) return FwdKernel::kWs;
   if (std::strcmp(v, "ws-persistent") == 0) return FwdKernel::kWsPersistent;
   if (std::strcmp(v, "classic") == 0) return FwdKernel::kClassic;
   return FwdKernel::kInvalid;
@@ -763,9 +770,13 @@ bool fwd_kernel_valid() { return requested_fwd_kernel() != FwdKernel::kInvalid; 
 
 bool fwd_uses_warp_specialized() {
   const FwdKernel k = requested_fwd_kernel();
-  return k == FwdKernel::kWs || k == FwdKernel::kWsPersistent;
+  return k == FwdKernel::kAuto || k == FwdKernel::kWs || k == FwdKernel::kWsPersistent;
 }
 
-bool fwd_uses_persistent() { return requested_fwd_kernel() == FwdKernel::kWsPersistent; }
+bool fwd_uses_persistent(const AttentionParams& p) {
+  const FwdKernel k = requested_fwd_kernel();
+  return k == FwdKernel::kWsPersistent ||
+         (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv);
+}
 
 }  // namespace jax_dash::sm90

@@ -11,9 +11,10 @@
 namespace jax_dash::sm90 {
 
 // Which kernels run is read from the environment at each call:
-//   JAX_DASH_SM90_FWD  ws (the default when unset or empty): producer warpgroup, ping-pong math
-//                      warpgroups; ws-persistent: the same looping over tiles (one CTA per SM);
-//                      classic: the first kernel. All give the same bits.
+//   JAX_DASH_SM90_FWD  unset or empty (the default): ws-persistent up to 4096 keys, ws above;
+//                      ws: producer warpgroup, ping-pong math warpgroups, one query tile per CTA;
+//                      ws-persistent: the same looping over tiles (one CTA per SM); classic: the
+//                      first kernel. All give the same bits.
 //   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
 //                      registers; ws: the same with every product from shared memory; classic:
 //                      bwd_main.cuh; ws-rs2 (two dQ buffers), ws-rs-async (releaser warp). The
@@ -24,7 +25,7 @@ namespace jax_dash::sm90 {
 std::string kernel_selection_error();
 bool fwd_kernel_valid();
 bool fwd_uses_warp_specialized();
-bool fwd_uses_persistent();
+bool fwd_uses_persistent(const AttentionParams& p);  // this call runs ws-persistent
 
 // Forward: fills p.out and p.lse. Never synchronizes; returns the first CUDA error.
 cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream);

@@ -746,7 +746,7 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens, ws above; "ws": the one-tile kernel; "ws-persistent": the persistent
+// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim), ws otherwise; "ws": the one-tile kernel; "ws-persistent": the persistent
 // one at every length (a call with a mask beyond causal runs "ws"'s masked kernel either way);
 // "classic". All give the same bits, so the choice by length changes no result.
 // The cut (2026-11-25, H100, round 8 call 4, kernel-only): the persistent kernel was 2.1-7.3%
@@ -755,6 +755,7 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 // tile order cannot balance causal tiles as the hardware's block scheduler does.
 namespace {
 constexpr int64_t kPersistentMaxSeqKv = 4096;
+constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet
 enum class FwdKernel { kAuto, kWs, kWsPersistent, kClassic, kInvalid };
 FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
@@ -776,7 +777,8 @@ bool fwd_uses_warp_specialized() {
 bool fwd_uses_persistent(const AttentionParams& p) {
   const FwdKernel k = requested_fwd_kernel();
   return k == FwdKernel::kWsPersistent ||
-         (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv);
+         (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv &&
+          p.head_dim <= kPersistentMaxHeadDim);
 }
 
 }  // namespace jax_dash::sm90

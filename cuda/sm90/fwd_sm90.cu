@@ -104,8 +104,18 @@ struct FwdKernelTraits {
                            GMMA::Major::MN>(),
       Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
 
+  // kTmaStoreO (warp-specialized, unmasked, head_dim <= 128): the epilogue writes O to shared
+  // memory, one 64-row slice per math warpgroup, and one thread of the warpgroup stores the slice
+  // with TMA (rows past seq_q are clipped by the copy engine). Head dim 256 has no room for it.
+  static constexpr bool kTmaStoreO = kWs && !kNarrowRows && kHeadDim <= 128;
+  using SmemLayoutOWg = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWarpgroupRows>, HeadDim>{}));
+  // (BLK_M, D) over the warpgroups' slices, slice w holding rows [64 w, 64 w + 64).
+  using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWg{}, Shape<BlockM, HeadDim>{}));
+  static constexpr int kOElements = kTmaStoreO ? int(cosize_v<SmemLayoutO>) : 8;
+
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, kOElements> o;  // kTmaStoreO only
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
     alignas(8) uint64_t bar_q;
@@ -127,11 +137,16 @@ struct FwdKernelTraits {
   }
   using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
   using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKVStage{}));
+  static auto make_tma_store(Element* ptr, int32_t seq, int32_t heads, int32_t batch) {
+    return make_bshd_tma_store<Element, kHeadDim>(ptr, seq, heads, batch, SmemLayoutOWg{});
+  }
+  using TmaO = decltype(make_tma_store(nullptr, 1, 1, 1));
 };
 
 template <class Traits>
 struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
+  typename Traits::TmaO tma_o;  // kTmaStoreO: O by 64-row slices
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
   int32_t seq_q;
@@ -164,6 +179,8 @@ struct FwdKernelParams {
 // barrier counts the two warpgroups that meet there (128 arriving, 128 waiting).
 constexpr int kTurnBarrier = 1;
 constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
+// kTmaStoreO: one named barrier per math warpgroup for its epilogue (ids 4-6; turns use 1-3).
+constexpr int kEpilogueBarrier = 4;
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
@@ -193,8 +210,12 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
   extern __shared__ char smem_raw[];
+  // Aligned by offsetting smem_raw itself (as bwd_main.cuh does), so that pointers derived from it
+  // stay visibly in shared memory: the epilogue's stores to the O slices are then STS with 32-bit
+  // addresses, not generic stores with 64-bit swizzle arithmetic.
+  const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+      smem_raw + (1024 - smem_base % 1024) % 1024);
 
   // Heaviest query tiles (causal: the last ones) first across each group of heads (tile_at), so the
   // tail of each group, and of the grid, holds the short tiles.
@@ -600,27 +621,61 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
     float lse[kRows];
     softmax.finalize(out_acc, lse);
 
-    // Epilogue: rows past seq_q are never written. Adjacent column pairs go out as one 32-bit
-    // store.
-    Element* out = static_cast<Element*>(p.out);
-    const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
-    Element* out_head =
-        out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
-    static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row_begin + get<0>(out_coords(r, 0));
-      if (row >= p.seq_q) continue;
-      Element* out_row = out_head + row * out_row_stride;
+    // Epilogue: rows past seq_q are never written. kTmaStoreO: O through this warpgroup's slice of
+    // shared memory and one TMA store; else adjacent column pairs as one 32-bit store each.
+    if constexpr (Traits::kTmaStoreO) {
+      const bool store_leader = math_tid % kThreadsPerWarpgroup == 0;
+      // The slice is free once this warpgroup's previous TMA store has read it (persistent: the
+      // previous tile's; a no-op otherwise), which its leader waits for before the barrier.
+      if (store_leader) bulk_wait_group_read_all();
+      named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
+      Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
+      Tensor tOsO = thr_pv.partition_C(sO);  // this thread's accumulator elements of O
+      Tensor tOrO16 = make_tensor_like<Element>(tOrO);
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(out_acc); c += 2) {
-        const int col = get<1>(out_coords(r, c));
-        __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
-                                        static_cast<Element>(out_acc(r, c + 1))};
-        *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
+      for (int i = 0; i < size(tOrO); ++i) tOrO16(i) = static_cast<Element>(tOrO(i));
+      copy(tOrO16, tOsO);
+      fence_async_shared();  // generic smem writes -> the TMA store's reads
+      named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
+      if (store_leader) {
+        Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
+        Tensor gO = local_tile(mO(_, _, head, batch), Shape<Int<kWarpgroupRows>, HeadDim>{},
+                               make_coord(int(row_begin / kWarpgroupRows) + math_wg, _0{}));
+        Tensor sOwg = make_tensor(make_smem_ptr(smem.o.data() + math_wg * cosize_v<
+                                      typename Traits::SmemLayoutOWg>),
+                                  typename Traits::SmemLayoutOWg{});
+        auto tma_o = p.tma_o.get_slice(_0{});
+        copy(p.tma_o, tma_o.partition_S(sOwg), tma_o.partition_D(gO));
+        bulk_commit_group();
       }
-      if (math_tid % 4 == 0) {
-        p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = row_begin + get<0>(out_coords(r, 0));
+        if (row < p.seq_q && math_tid % 4 == 0) {
+          p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+        }
+      }
+    } else {
+      Element* out = static_cast<Element*>(p.out);
+      const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
+      Element* out_head =
+          out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
+      static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = row_begin + get<0>(out_coords(r, 0));
+        if (row >= p.seq_q) continue;
+        Element* out_row = out_head + row * out_row_stride;
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(out_acc); c += 2) {
+          const int col = get<1>(out_coords(r, c));
+          __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
+                                          static_cast<Element>(out_acc(r, c + 1))};
+          *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
+        }
+        if (math_tid % 4 == 0) {
+          p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
+        }
       }
     }
     if (n_end > 0) {
@@ -628,6 +683,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
       ++q_count;
     }
   });
+  // kTmaStoreO: the last TMA store must have read its slice before the CTA's shared memory goes.
+  if constexpr (Traits::kTmaStoreO) {
+    if (math_tid % kThreadsPerWarpgroup == 0) bulk_wait_group_all();
+  }
 }
 
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
@@ -646,6 +705,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
                              typename Traits::SmemLayoutQ{});
   p.tma_k = Traits::make_tma(static_cast<const Element*>(ap.k), seq_kv_desc, ap.num_kv_heads,
                              batch, typename Traits::SmemLayoutKVStage{});
+  p.tma_o = Traits::make_tma_store(static_cast<Element*>(ap.out), seq_q, ap.num_heads, batch);
   p.tma_v = Traits::make_tma(static_cast<const Element*>(ap.v), seq_kv_desc, ap.num_kv_heads,
                              batch, typename Traits::SmemLayoutKVStage{});
   p.seq_q = seq_q;

@@ -21,4 +21,18 @@ auto make_bshd_tma(const Element* ptr, int32_t seq, int32_t heads, int32_t batch
   return make_tma_copy(SM90_TMA_LOAD{}, g, smem_layout);
 }
 
+// The store counterpart: a box of `smem_layout` from shared memory to the tensor; rows past seq
+// are not written.
+template <class Element, int kHeadDim, class SmemLayout>
+auto make_bshd_tma_store(Element* ptr, int32_t seq, int32_t heads, int32_t batch,
+                         SmemLayout smem_layout) {
+  using namespace cute;
+  using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;  // (seq, d, heads, batch)
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  const int64_t row_stride = int64_t(heads) * kHeadDim;
+  Tensor g = make_tensor(make_gmem_ptr(ptr), GmemShape{seq, Int<kHeadDim>{}, heads, batch},
+                         GmemStride{row_stride, _1{}, int64_t(kHeadDim), row_stride * seq});
+  return make_tma_copy(SM90_TMA_STORE{}, g, smem_layout);
+}
+
 }  // namespace jax_dash::sm90

@@ -786,7 +786,8 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim), ws otherwise; "ws": the one-tile kernel; "ws-persistent": the persistent
+// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; causal at 128: half
+// that), ws otherwise; "ws": the one-tile kernel; "ws-persistent": the persistent
 // one at every length (a call with a mask beyond causal runs "ws"'s masked kernel either way);
 // "classic". All give the same bits, so the choice by length changes no result.
 // The cut (2026-11-25, H100, round 8 call 4, kernel-only): the persistent kernel was 2.1-7.3%
@@ -816,9 +817,14 @@ bool fwd_uses_warp_specialized() {
 
 bool fwd_uses_persistent(const AttentionParams& p) {
   const FwdKernel k = requested_fwd_kernel();
+  // Causal at head_dim 128 only up to 2048 keys: at 4096 the static snake order of 128-row tiles
+  // leaves the busiest CTA ~18% above the ideal (one-tile grid ~16%; the tile-order model of
+  // next/fwd-causal-pairs), and round 8's call 5 measured 0.93x cuDNN there against 1.06x with
+  // the one-tile kernel in call 3.
+  const int64_t max_seq_kv =
+      p.is_causal && p.head_dim == 128 ? kPersistentMaxSeqKv / 2 : kPersistentMaxSeqKv;
   return k == FwdKernel::kWsPersistent ||
-         (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv &&
-          p.head_dim <= kPersistentMaxHeadDim);
+         (k == FwdKernel::kAuto && p.seq_kv <= max_seq_kv && p.head_dim <= kPersistentMaxHeadDim);
 }
 
 }  // namespace jax_dash::sm90

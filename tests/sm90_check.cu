@@ -16,7 +16,7 @@
 //                                  ids, soft cap; issue 13) against the fp64 reference
 //   JAX_DASH_SM90_BWD=ws-rs|ws-rs2|ws-rs-async|ws|classic  the backward main kernel (default
 //                                  ws-rs; launch.h)
-//   JAX_DASH_SM90_FWD=ws|ws-persistent|classic  the forward kernel (default: ws-persistent up to 4096 keys at head_dim 64/128, ws otherwise)
+//   JAX_DASH_SM90_FWD=ws|ws-persistent|classic  the forward kernel (default: by length; launch.h)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.

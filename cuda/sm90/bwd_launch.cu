@@ -386,9 +386,8 @@ std::string kernel_selection_error() {
   }
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +
-           "' names no forward kernel; leave it unset (the default: ws-persistent up to 4096 keys at "
-           "head_dim 64 and 128, 2048 for causal at 128, ws otherwise), or use ws, ws-persistent or "
-           "classic";
+           "' names no forward kernel; leave it unset (the default picks ws-persistent or ws by "
+           "length) or use ws, ws-persistent or classic";
   }
   return std::string();
 }

@@ -28,25 +28,22 @@ struct AttentionMask {
   }
 
   // scores: the (rows, cols) view of the accumulator (as_rows_cols); coords: the same view of its
-  // (row, col) coordinates within the tile. Per row one 32-bit limit, the first hidden column of
-  // the tile, min(seq_kv - col_begin, row - col_begin + 1 when causal), clamped to [0, 2^30]: per
-  // element one 32-bit compare with the column offset instead of two 64-bit coordinates and tests.
-  // The hidden set is the element-wise rule's (col >= seq_kv or, causal, col > row).
+  // (row, col) coordinates within the tile. Per row one 32-bit limit, the row's first hidden
+  // column of the tile (the band's key_end, cuda/mask.h, less col_begin; at most seq_kv < 2^31):
+  // per element one 32-bit compare with the column offset instead of two 64-bit coordinates and
+  // tests. The hidden set is the element-wise rule's (col >= seq_kv or, causal, col > row).
   template <class ScoreRC, class CoordRC>
   __device__ __forceinline__ void apply(ScoreRC& scores, CoordRC const& coords, int64_t row_begin,
                                         int64_t col_begin) const {
     static_assert(decltype(cute::rank(scores))::value == 2, "expects the (rows, cols) view");
-    constexpr int64_t kNoLimit = int64_t(1) << 30;
-    const int64_t kv_left = seq_kv - col_begin;
+    const MaskBand band{0, seq_kv, is_causal, false, 0, 0};  // key_end reads seq_kv and causal only
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(scores); ++r) {
-      int64_t first_hidden = kv_left;
-      if (is_causal) {
-        const int64_t row = row_begin + cute::get<0>(coords(r, 0));
-        first_hidden = first_hidden < row - col_begin + 1 ? first_hidden : row - col_begin + 1;
-      }
-      first_hidden = first_hidden < 0 ? 0 : (first_hidden > kNoLimit ? kNoLimit : first_hidden);
-      const int limit = static_cast<int>(first_hidden);
+      // (key_end does not depend on the row without causal: not computed there)
+      const int64_t key_end =
+          is_causal ? band.key_end(row_begin + cute::get<0>(coords(r, 0))) : seq_kv;
+      const int64_t first_hidden = key_end - col_begin;
+      const int limit = static_cast<int>(first_hidden > 0 ? first_hidden : 0);
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(scores); ++c) {
         if (static_cast<int>(cute::get<1>(coords(r, c))) >= limit) scores(r, c) = -INFINITY;

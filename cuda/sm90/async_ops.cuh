@@ -122,4 +122,17 @@ __device__ __forceinline__ int32_t ld_acquire_cta_shared(const int32_t* ptr) {
   return v;
 }
 
+// Two 16-bit elements as one 32-bit word, the first at the lower address (little endian).
+template <class Element>
+__device__ __forceinline__ uint32_t pack_pair(Element lo, Element hi) {
+  return static_cast<uint32_t>(lo.raw()) | (static_cast<uint32_t>(hi.raw()) << 16);
+}
+
+// The swizzled smem pointer is built through integer arithmetic, which hides its address space from
+// the compiler: store with st.shared explicitly rather than a generic st.
+__device__ __forceinline__ void st_shared_u32(const void* smem, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(smem)), "r"(v)
+               : "memory");
+}
+
 }  // namespace jax_dash::sm90

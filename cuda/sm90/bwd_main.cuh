@@ -26,6 +26,7 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/async_ops.cuh"  // ticket acquire/release
 #include "cuda/sm90/bwd_postprocess.cuh"  // store_grad
 #include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
@@ -133,19 +134,6 @@ __device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   const uint32_t s = cute::cast_smem_ptr_to_uint(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-// Two 16-bit elements as one 32-bit word, the first at the lower address (little endian).
-template <class Element>
-__device__ __forceinline__ uint32_t pack_pair(Element lo, Element hi) {
-  return static_cast<uint32_t>(lo.raw()) | (static_cast<uint32_t>(hi.raw()) << 16);
-}
-
-// The swizzled smem pointer is built through integer arithmetic, which hides its address space from
-// the compiler: store with st.shared explicitly rather than a generic st.
-__device__ __forceinline__ void st_shared_u32(const void* smem, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(cute::cast_smem_ptr_to_uint(smem)), "r"(v)
-               : "memory");
 }
 
 // Issues a wgmma chain C (+)= A B over all K blocks; the caller waits with warpgroup_wait.

@@ -53,7 +53,7 @@ constexpr int kStages = 2;          // K/V shared-memory ring depth
 // kernel spilled (168 local loads in place of 26) and the sliding-window point's forward ran at
 // 232 TFLOP/s against 263 with two warpgroups (H100, 2026-11-24, call 4). A row's arithmetic does
 // not depend on the query tile, so the bits are the same.
-template <class Element, int kHeadDim, bool kWs_, bool kNarrowRows = false>
+template <class Element, int kHeadDim, bool kWs_, bool kNarrowRows = false, bool kPersistent = false>
 struct FwdKernelTraits {
   static constexpr bool kWs = kWs_;  // warp-specialized: producer warpgroup + ping-pong
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
@@ -106,8 +106,11 @@ struct FwdKernelTraits {
 
   // kTmaStoreO (warp-specialized, unmasked, head_dim <= 128): the epilogue writes O to shared
   // memory, one 64-row slice per math warpgroup, and one thread of the warpgroup stores the slice
-  // with TMA (rows past seq_q are clipped by the copy engine). Head dim 256 has no room for it.
-  static constexpr bool kTmaStoreO = kWs && !kNarrowRows && kHeadDim <= 128;
+  // with TMA (rows past seq_q are clipped by the copy engine). Head dim 256 has no room for it;
+  // the persistent kernel at head_dim 64 (three math warpgroups) was 1-2.4% slower with it (H100,
+  // 2026-11-25, ninth session call 1) and keeps the direct stores.
+  static constexpr bool kTmaStoreO =
+      kWs && !kNarrowRows && kHeadDim <= 128 && !(kPersistent && kHeadDim == 64);
   using SmemLayoutOWg = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWarpgroupRows>, HeadDim>{}));
   // (BLK_M, D) over the warpgroups' slices, slice w holding rows [64 w, 64 w + 64).
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWg{}, Shape<BlockM, HeadDim>{}));
@@ -199,13 +202,14 @@ constexpr int kEpilogueBarrier = 4;
 // the one-tile kernel's: the same bits.
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
           bool kSegments = false>
-__global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>::kThreads, 1)
+__global__ void __launch_bounds__(
+    FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>::kThreads, 1)
     fwd_kernel(const __grid_constant__
-               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kMask>> p) {
+               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>> p) {
   static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
                                                  "warp-specialized kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -662,10 +666,14 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
       named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
       Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
       Tensor tOsO = thr_pv.partition_C(sO);  // this thread's accumulator elements of O
-      Tensor tOrO16 = make_tensor_like<Element>(tOrO);
+      // Elements 2i, 2i+1 are adjacent columns of one row (one 16-byte chunk of the swizzled
+      // slice): one st.shared.b32 per pair (a cute copy here compiled to generic stores with
+      // 64-bit swizzle arithmetic).
       CUTE_UNROLL
-      for (int i = 0; i < size(tOrO); ++i) tOrO16(i) = static_cast<Element>(tOrO(i));
-      copy(tOrO16, tOsO);
+      for (int i = 0; i < size(tOrO); i += 2) {
+        st_shared_u32(&tOsO(i), pack_pair(static_cast<Element>(tOrO(i)),
+                                          static_cast<Element>(tOrO(i + 1))));
+      }
       fence_async_shared();  // generic smem writes -> the TMA store's reads
       named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
       if (store_leader) {
@@ -722,7 +730,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<Element, kHeadDim, kWs, kMask>
 
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
@@ -846,14 +854,14 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; causal at 128: half
-// that), ws otherwise; "ws": the one-tile kernel; "ws-persistent": the persistent
-// one at every length (a call with a mask beyond causal runs "ws"'s masked kernel either way);
-// "classic". All give the same bits, so the choice by length changes no result.
-// The cut (2026-11-25, H100, round 8 call 4, kernel-only): the persistent kernel was 2.1-7.3%
-// faster than ws at 2k-4k tokens (it hides each tile's prologue and epilogue under the previous
-// tile) and level at 8k (+0.4%, hd128 full); round 4 saw it lose at 8k-16k causal, where its static
-// tile order cannot balance causal tiles as the hardware's block scheduler does.
+// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim), ws otherwise; "ws":
+// the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a mask
+// beyond causal runs "ws"'s masked kernel either way); "classic". All give the same bits, so the
+// choice by length changes no result.
+// The cut (H100, kernel-only): the persistent kernel was 2.1-7.3% faster than ws at 2k-4k tokens
+// (round 8 call 4; it hides each tile's prologue and epilogue under the previous tile) and level
+// at 8k. Causal at head_dim 128 needed heavy/light tile pairs to get there (ninth session call 1:
+// 4k 0.532 -> 0.478 ms, ws 0.485); at 8k it stays within 1-2% of ws, so the cut stays at 4096.
 namespace {
 constexpr int64_t kPersistentMaxSeqKv = 4096;
 constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet
@@ -877,14 +885,9 @@ bool fwd_uses_warp_specialized() {
 
 bool fwd_uses_persistent(const AttentionParams& p) {
   const FwdKernel k = requested_fwd_kernel();
-  // Causal at head_dim 128 only up to 2048 keys: at 4096 the static snake order of 128-row tiles
-  // leaves the busiest CTA ~18% above the ideal (one-tile grid ~16%; the tile-order model of
-  // next/fwd-causal-pairs), and round 8's call 5 measured 0.93x cuDNN there against 1.06x with
-  // the one-tile kernel in call 3.
-  const int64_t max_seq_kv =
-      p.is_causal && p.head_dim == 128 ? kPersistentMaxSeqKv / 2 : kPersistentMaxSeqKv;
   return k == FwdKernel::kWsPersistent ||
-         (k == FwdKernel::kAuto && p.seq_kv <= max_seq_kv && p.head_dim <= kPersistentMaxHeadDim);
+         (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv &&
+          p.head_dim <= kPersistentMaxHeadDim);
 }
 
 }  // namespace jax_dash::sm90

@@ -12,7 +12,7 @@ namespace jax_dash::sm90 {
 
 // Which kernels run is read from the environment at each call:
 //   JAX_DASH_SM90_FWD  unset or empty (the default): ws-persistent up to 4096 keys at head_dim
-//                      64 and 128 (causal at 128: 2048), ws otherwise;
+//                      64 and 128, ws otherwise;
 //                      ws: producer warpgroup, ping-pong math warpgroups, one query tile per CTA;
 //                      ws-persistent: the same looping over tiles (one CTA per SM); classic: the
 //                      first kernel. All give the same bits.

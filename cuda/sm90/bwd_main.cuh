@@ -26,8 +26,7 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
-#include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/async_ops.cuh"  // ticket acquire/release
+#include "cuda/sm90/async_ops.cuh"  // ticket acquire/release, st_shared_u32
 #include "cuda/sm90/bwd_postprocess.cuh"  // store_grad
 #include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
 

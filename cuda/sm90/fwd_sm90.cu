@@ -218,9 +218,8 @@ __global__ void __launch_bounds__(
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
   extern __shared__ char smem_raw[];
-  // Aligned by offsetting smem_raw itself (as bwd_main.cuh does), so that pointers derived from it
-  // stay visibly in shared memory: the epilogue's stores to the O slices are then STS with 32-bit
-  // addresses, not generic stores with 64-bit swizzle arithmetic.
+  // Aligned by offsetting smem_raw itself (as bwd_main.cuh does) rather than through an integer.
+  // (This alone did not make the epilogue's stores to the O slices STS: st_shared_u32 does.)
   const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
       smem_raw + (1024 - smem_base % 1024) % 1024);

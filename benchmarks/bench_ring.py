@@ -25,6 +25,10 @@ Every part runs in a fresh worker process (so that each peak memory starts from 
    program that makes the ring's transfers alone, in the ring's order; hidden communication =
    (compute + transfers - ring) / transfers, clipped to [0, 1].
 
+``--no-accumulate`` runs the ring's earlier backward (the kernels return each step's float32
+contributions and XLA adds them; ``jax_dash.ring._ACCUMULATE = False``): the same bits, more
+memory; for comparing peak memory and time with the default (the kernels add in place).
+
 Results print as tables and go to --out (JSON: {"correctness": [...], "single": [...],
 "ring": [...]}). A configuration that fails (out of memory, or a kernel feature missing on this
 GPU) is reported with its error, not raised; the exit status is 1 if any check failed.
@@ -67,6 +71,8 @@ def _parse_args(argv=None):
                         help="global length of the correctness part (0: skip it)")
     parser.add_argument("--check-heads", type=int, default=8,
                         help="query heads of the correctness part (GQA: a quarter as many kv heads)")
+    parser.add_argument("--no-accumulate", action="store_true",
+                        help="the ring's earlier backward (XLA adds the float32 contributions)")
     parser.add_argument("--out", default=None, help="JSON results file")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU with 4 virtual devices and tiny sizes: checks the script runs")
@@ -108,6 +114,8 @@ def _setup(config):
     import numpy as np
     from jax.sharding import Mesh
 
+    from jax_dash import ring
+    ring._ACCUMULATE = config.get("accumulate", True)  # --no-accumulate: the earlier backward
     devices = jax.devices("cpu" if config["dry_run"] else None)
     size = config["devices"] or len(devices)
     if size > len(devices):
@@ -465,7 +473,7 @@ def main(argv=None) -> int:
     common = {"devices": args.devices, "batch": args.batch, "heads": args.heads,
               "kv_heads": args.kv_heads, "head_dim": args.head_dim, "mask": args.mask,
               "schedule": args.schedule, "repeats": args.repeats, "timed": args.timed,
-              "dry_run": args.dry_run}
+              "dry_run": args.dry_run, "accumulate": not args.no_accumulate}
     correctness = []
     if args.check_seq:
         correctness = _in_worker("correctness", {**common, "check_seq": args.check_seq,

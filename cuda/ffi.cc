@@ -1,6 +1,7 @@
 // XLA FFI handlers for platform "cpu" (and, when the sm90 kernels are not built, "CUDA" stubs that
 // say so), plus the nanobind module that hands them to Python.
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -64,9 +65,10 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                              ffi::Buffer<ffi::S32> kv_seq_lengths,
                              ffi::Buffer<ffi::S32> q_segment_ids,
                              ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                             ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum,
                              bool is_causal, int64_t window_left, int64_t window_right,
                              float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
-                             int32_t schedule, bool f32_grads,
+                             int32_t schedule, bool f32_grads, bool accumulate,
                              ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
                              ffi::Result<ffi::AnyBuffer> dv,
                              ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
@@ -82,6 +84,13 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                                        &*workspace_i32, &p, f32_grads);
       e.failure())
     return e;
+  SumCopy copies[3];
+  int num_copies = 0;
+  if (ffi::Error e = describe_accumulate(accumulate, f32_grads, dq_sum, dk_sum, dv_sum, &p,
+                                         copies, &num_copies);
+      e.failure())
+    return e;
+  for (int i = 0; i < num_copies; ++i) std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
   p.wave = kCpuWave;
   try {
     cpu::backward(p);
@@ -128,6 +137,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()   // query_segment_ids
                                   .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
+                                  .Arg<ffi::AnyBuffer>()          // dq_sum (accumulate)
+                                  .Arg<ffi::AnyBuffer>()          // dk_sum (accumulate)
+                                  .Arg<ffi::AnyBuffer>()          // dv_sum (accumulate)
                                   .Attr<bool>("is_causal")        // top-left causal mask
                                   .Attr<int64_t>("window_left")   // -1: no window limit
                                   .Attr<int64_t>("window_right")  // -1: no window limit
@@ -136,6 +148,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Attr<bool>("has_segment_ids")  // segment operands used
                                   .Attr<int32_t>("schedule")      // jax_dash::Schedule
                                   .Attr<bool>("f32_grads")        // dq, dk, dv in float32
+                                  .Attr<bool>("accumulate")       // dq, dk, dv += (the sums)
                                   .Ret<ffi::AnyBuffer>()          // dq
                                   .Ret<ffi::AnyBuffer>()          // dk
                                   .Ret<ffi::AnyBuffer>()          // dv

@@ -278,4 +278,49 @@ inline ffi::Error describe_backward(const ffi::AnyBuffer& out, const ffi::Buffer
   return ffi::Error::Success();
 }
 
+// A sum that arrived in a buffer other than its output's (a call without input_output_aliases):
+// the handler copies it into the output before the kernels run, so that they always add into
+// the output in place.
+struct SumCopy {
+  const void* src;
+  void* dst;
+  size_t bytes;
+};
+
+// The accumulate operands dq_sum, dk_sum, dv_sum: with accumulate, the float32 sums the call adds
+// its gradients to (the ring's running sums), each with its gradient's shape, normally aliased to
+// dq, dk, dv (jax.ffi.ffi_call input_output_aliases); accumulate needs f32_grads. Without
+// accumulate they are ignored (callers pass empty arrays). Call after describe_backward (it reads
+// p->dq, p->dk, p->dv). copies[0..*num_copies) gets the sums that are not in their outputs.
+inline ffi::Error describe_accumulate(bool accumulate, bool f32_grads,
+                                      const ffi::AnyBuffer& dq_sum, const ffi::AnyBuffer& dk_sum,
+                                      const ffi::AnyBuffer& dv_sum, AttentionParams* p,
+                                      SumCopy copies[3], int* num_copies) {
+  *num_copies = 0;
+  p->accumulate = false;
+  if (!accumulate) return ffi::Error::Success();
+  if (!f32_grads)
+    return ffi::Error::InvalidArgument(
+        "jax_dash: accumulate needs f32_grads (it adds float32 gradients to float32 sums)");
+  const std::initializer_list<int64_t> q_dims = {p->batch, p->seq_q, p->num_heads, p->head_dim};
+  const std::initializer_list<int64_t> kv_dims = {p->batch, p->seq_kv, p->num_kv_heads,
+                                                  p->head_dim};
+  if (ffi::Error e = check_buffer("dq_sum", dq_sum, q_dims, ffi::DataType::F32,
+                                  "float32 (accumulate) and the query's");
+      e.failure())
+    return e;
+  for (const auto& [name, buffer] :
+       {std::pair<const char*, const ffi::AnyBuffer*>{"dk_sum", &dk_sum}, {"dv_sum", &dv_sum}})
+    if (ffi::Error e = check_buffer(name, *buffer, kv_dims, ffi::DataType::F32,
+                                    "float32 (accumulate) and the key's");
+        e.failure())
+      return e;
+  for (const auto& [sum, out] : {std::pair<const ffi::AnyBuffer*, void*>{&dq_sum, p->dq},
+                                 {&dk_sum, p->dk}, {&dv_sum, p->dv}})
+    if (sum->untyped_data() != out && sum->element_count() > 0)
+      copies[(*num_copies)++] = SumCopy{sum->untyped_data(), out, sum->size_bytes()};
+  p->accumulate = true;
+  return ffi::Error::Success();
+}
+
 }  // namespace jax_dash

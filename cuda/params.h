@@ -18,6 +18,7 @@ enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 //   lse              : [batch, num_heads, seq_q]  (float32, natural log)
 //   q_seq_lengths, kv_seq_lengths : [batch] int32;  q_segment_ids : [batch, seq_q] int32;
 //   kv_segment_ids : [batch, seq_kv] int32 (nullptr when the call has none)
+// With accumulate, dq, dk and dv hold the float32 sums on entry and get sum + gradient.
 struct AttentionParams {
   int64_t batch;
   int64_t seq_q;
@@ -27,6 +28,11 @@ struct AttentionParams {
   int32_t head_dim;
   DType dtype;
   DType grad_dtype;  // dq, dk, dv: dtype, or float32 for the ring's carried accumulators
+  // Float32 gradients only: the call adds its gradients to what dq, dk and dv hold (the ring's
+  // running sums, passed as operands aliased to them): out = out + g, g the value the call would
+  // write otherwise, one float32 add (never fused with the product that made g). Read only where
+  // the gradients are written (epilogues, postprocess), never in a kernel's step loop.
+  bool accumulate;
   // The softmax scale: a 0-d float32 operand of the FFI call, so a new scale is new data, not a
   // new executable. On the GPU a device pointer that kernels read (never the host: no sync); on
   // the CPU a host pointer.

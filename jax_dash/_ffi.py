@@ -184,25 +184,59 @@ def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays):
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
-             f32_grads: bool = False, *, mask: StaticMask = NO_MASK, mask_arrays=None):
+             f32_grads: bool = False, *, mask: StaticMask = NO_MASK, mask_arrays=None,
+             sums=None):
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` and
     ``mask_arrays`` as in ``fwd_call``.
 
     ``f32_grads`` returns them in float32, unrounded (the ring's carried accumulators). A head_dim
-    the Hopper kernels lack runs them zero-padded on the GPU, as in ``fwd_call``."""
+    the Hopper kernels lack runs them zero-padded on the GPU, as in ``fwd_call``.
+
+    ``sums``: ``(dq_sum, dk_sum, dv_sum)`` float32 arrays shaped like q, k, v (needs
+    ``f32_grads``), or None. Given, the call returns ``(dq_sum + dq, dk_sum + dk, dv_sum + dv)``
+    with the bits of that float32 add of this call's float32 gradients, computed by the kernels in
+    place: each sum is an operand aliased to its gradient (``input_output_aliases``), so no buffer
+    of the gradients alone is allocated (where the sum is not used afterwards, XLA donates its
+    buffer; otherwise it copies it first)."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
+    if sums is not None:
+        sums = _check_sums(sums, q, k, v, f32_grads)
+    accumulate = sums is not None
+    if not accumulate:  # the FFI has no optional operands: empty ones, ignored
+        sums = (jnp.zeros((0,), jnp.float32),) * 3
+    operands = (q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
+    first_sum = len(operands) - 3
     return _at_hopper_head_dim(
-        lambda q, k, v, out, lse, dout, scale, *mask_arrays: _bwd_call(
-            q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask, mask_arrays),
-        (q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays),
-        pad={0, 1, 2, 3, 5}, crop={0, 1, 2})
+        lambda q, k, v, out, lse, dout, scale, *rest: _bwd_call(
+            q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask, rest[:-3],
+            rest[-3:], accumulate),
+        operands,
+        pad={0, 1, 2, 3, 5} | ({first_sum, first_sum + 1, first_sum + 2} if accumulate else set()),
+        crop={0, 1, 2})
+
+
+def _check_sums(sums, q, k, v, f32_grads):
+    """The accumulate operands of ``bwd_call``: a ValueError naming the one that is wrong."""
+    if not f32_grads:
+        raise ValueError("bwd_call(sums=...) needs f32_grads=True: the kernels add float32 "
+                         "gradients to float32 sums")
+    if not isinstance(sums, (tuple, list)) or len(sums) != 3:
+        raise ValueError(f"sums must be (dq_sum, dk_sum, dv_sum), got {sums!r}")
+    for name, x, like, owner in (("dq_sum", sums[0], q, "query"), ("dk_sum", sums[1], k, "key"),
+                                 ("dv_sum", sums[2], v, "value")):
+        shape, dtype = tuple(jnp.shape(x)), jnp.result_type(x)
+        if shape != tuple(like.shape) or dtype != jnp.float32:
+            raise ValueError(f"{name} must be float32 with the {owner}'s shape "
+                             f"{tuple(like.shape)}, got {jnp.dtype(dtype).name} {shape}")
+    return tuple(sums)
 
 
 def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-              mask_arrays):
-    q, k, v, out, lse, dout, scale, *mask_arrays = _unify_varying(
-        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays)
+              mask_arrays, sums, accumulate):
+    q, k, v, out, lse, dout, scale, *rest = _unify_varying(
+        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
+    mask_arrays, sums = rest[:-3], rest[-3:]
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
@@ -215,8 +249,11 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
         _result_type((f32_size,), jnp.float32, q),
         _result_type((i32_size,), jnp.int32, q),
     )
-    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential")(
-        q, k, v, out, lse, dout, *mask_arrays, scale, is_causal=bool(is_causal),
+    first_sum = 7 + len(mask_arrays)  # operand index of dq_sum
+    aliases = {first_sum + i: i for i in range(3)} if accumulate else {}
+    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential",
+                                        input_output_aliases=aliases)(
+        q, k, v, out, lse, dout, *mask_arrays, scale, *sums, is_causal=bool(is_causal),
         schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads),
-        **mask.attributes())
+        accumulate=bool(accumulate), **mask.attributes())
     return dq, dk, dv

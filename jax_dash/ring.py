@@ -8,13 +8,16 @@ step computes one block pair with the single-device kernels (``_ffi.fwd_call`` /
 * forward: each block's output and log-sum-exp are merged into a float32 running output and lse,
   step 0 (the device's own, diagonal block) first, then the steps in ring order;
 * backward: given the *global* output and lse, the backward of one block pair yields exactly that
-  pair's dQ, dK and dV contributions (float32, ``f32_grads``). dQ is summed on the device in step
-  order; dK and dV accumulators (float32) travel with their key/value block around the ring and
-  come home after P steps, having summed the contributions of devices ``j, j+1, ..., j-1`` in that
-  order. Every sum has a fixed order, so the gradients are bitwise identical run to run.
+  pair's dQ, dK and dV contributions (float32, ``f32_grads``), which its kernels add into the
+  ring's float32 sums in place (``_ffi.bwd_call(..., sums=...)``: the sums are operands aliased to
+  the gradients; same bits as adding the contributions outside, ``_ACCUMULATE = False``). dQ is
+  summed on the device in step order; dK and dV sums travel with their key/value block around
+  the ring and come home after P steps, having summed the contributions of devices
+  ``j, j+1, ..., j-1`` in that order. Every sum has a fixed order, so the gradients are bitwise
+  identical run to run.
 
 The next block's ``ppermute`` is issued before the current block is computed, so XLA can overlap
-the transfer with the kernel.
+that transfer with the kernel (a step's kernel waits for the dK/dV sums it adds into).
 
 Causal masks use global positions. With ``layout="contiguous"`` device ``i`` holds tokens
 ``[i*L, (i+1)*L)``: step 0 uses the causal kernel, a block from an earlier device the full kernel,
@@ -89,9 +92,16 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
         schedule = _auto_schedule(
             jax.ShapeDtypeStruct(_global_shape(query.shape, axis_size), query.dtype),
             jax.ShapeDtypeStruct(_global_shape(key.shape, axis_size), key.dtype), bool(is_causal))
-    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout)
+    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, _ACCUMULATE)
     out = _ring(query, key, value, float(scale), config)
     return out[0] if unbatched else out
+
+
+# Whether the backward's kernels add each block pair's gradients into the float32 sums in place
+# (``_ffi.bwd_call(..., sums=...)``); False runs the earlier formulation (the kernels return the
+# contributions, XLA adds them), which gives the same bits with more memory. Read when a ring is
+# traced; private (the tests compare the two, a benchmark may).
+_ACCUMULATE = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +112,7 @@ class RingConfig:
     is_causal: bool
     schedule: str | tuple  # a name, or ((platform, name), ...): "auto" chose per platform
     layout: str
+    accumulate: bool = True  # the backward adds into the sums in place (_ACCUMULATE)
 
 
 def _global_shape(block_shape, axis_size):
@@ -186,15 +197,17 @@ def _block_forward(config, scale, q, k, v, is_causal):
     return out.astype(jnp.float32), lse
 
 
-def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal):
-    """One block pair's float32 (dq, dk, dv) contributions, given the global out and lse. A
+def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal, sums=None):
+    """One block pair's float32 (dq, dk, dv) contributions, given the global out and lse; with
+    ``sums`` (float32, shaped like q, k, v) the sums plus them, added by the kernels in place. A
     per-platform schedule choice runs the branch of the platform the computation lowers for."""
     schedule = _schedule_for(config, q, k, is_causal)
 
     def call(name):
-        return lambda *args: _ffi.bwd_call(*args, is_causal, name, f32_grads=True)
+        return lambda *args: _ffi.bwd_call(*args[:7], is_causal, name, f32_grads=True,
+                                           sums=args[7:] or None)
 
-    args = (q, k, v, out, lse, dout, scale)
+    args = (q, k, v, out, lse, dout, scale) + (tuple(sums) if sums is not None else ())
     if isinstance(schedule, str):
         return call(schedule)(*args)
     branches = {platform: call(name) for platform, name in schedule}
@@ -313,6 +326,49 @@ def _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout):
     return _cond((device - step) % n < device, earlier, later)
 
 
+def _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout, sums):
+    """The float32 sums (dq, dk, dv) after the block pair of ``step`` > 0 is added to them by the
+    kernels in place (``sums`` unchanged where the mask hides the block): the bits of
+    ``sums + _step_contributions(...)``. With zigzag the half that a block pair touches is cut
+    from the sum, accumulated into and written back (``dynamic_update_slice``, in place)."""
+    n = config.axis_size
+    if not config.is_causal:
+        return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums)
+    if config.layout == "contiguous":
+        def visible():
+            return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums)
+
+        # (The in-place branch must be the true one: see the zigzag case below.)
+        return _cond(step <= device, visible, lambda: tuple(sums))
+    half = q.shape[1] // 2
+
+    def earlier(dq, dk, dv):
+        # Both our chunks see the first chunk of an earlier device, neither sees its second.
+        dq, dk_h, dv_h = _block_backward(config, scale, q, kb[:, :half], vb[:, :half], out, lse,
+                                         dout, False, (dq, dk[:, :half], dv[:, :half]))
+        return dq, _set_seq(dk, dk_h, 0), _set_seq(dv, dv_h, 0)
+
+    def later(dq, dk, dv):
+        # Only our second chunk sees a later device's chunks, and it sees both.
+        dq_h, dk, dv = _block_backward(config, scale, q[:, half:], kb, vb, out[:, half:],
+                                       lse[..., half:], dout[:, half:], False,
+                                       (dq[:, half:], dk, dv))
+        return _set_seq(dq, dq_h, half), dk, dv
+
+    # Two conditionals, each updating the sums in place in its true branch and passing them
+    # through in its false branch. XLA (jaxlib 0.10.2's copy insertion) copies the sums where a
+    # conditional's two branches both update them in place, and also where the in-place branch is
+    # the false one (branch index 0); tests/test_ring.py checks the compiled program has no copy.
+    is_earlier = (device - step) % n < device
+    sums = jax.lax.cond(is_earlier, earlier, lambda *s: s, *sums)
+    return jax.lax.cond(jnp.logical_not(is_earlier), later, lambda *s: s, *sums)
+
+
+def _set_seq(x, part, start):
+    """x with rows [start, start + len(part)) of the sequence axis (axis 1) replaced by part."""
+    return jax.lax.dynamic_update_slice_in_dim(x, part, start, axis=1)
+
+
 def _cond(predicate, if_true, if_false):
     return jax.lax.cond(predicate, lambda _: if_true(), lambda _: if_false(), None)
 
@@ -325,27 +381,52 @@ def _pad_seq(x, before, after):
 def ring_backward(q, k, v, out, lse, dout, scale, config):
     """This device's ``(dq, dk, dv)`` (dtypes of q and k), each summed in a fixed order: dq over
     the steps in order, a block's dk/dv over the devices from its home onwards."""
+    dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+def _backward_sums(q, k, v, out, lse, dout, scale, config):
+    """``ring_backward``'s float32 sums, before the cast to the inputs' dtypes."""
     n = config.axis_size
     device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
 
-    def contributions(step, kb, vb, sums):
-        if step == 0:  # the device's own (diagonal) block starts the sums
-            return _block_backward(config, scale, q, kb, vb, out, lse, dout, config.is_causal)
-        return _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout)
+    if config.accumulate:
+        def accumulate(step, kb, vb, sums):
+            if step == 0:  # the device's own (diagonal) block starts the sums
+                return _block_backward(config, scale, q, kb, vb, out, lse, dout,
+                                       config.is_causal)
+            dq, dk, dv = sums
+            # dK/dV travel with their block: what arrives here belongs to the block now held, and
+            # the kernels add this step's contributions to it (so they wait for its transfer).
+            dk, dv = _send(config, dk, dv)
+            return _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout,
+                              (dq, dk, dv))
 
-    def add(step, block, sums):
-        if step == 0:
-            return block
-        dq, dk, dv = sums
-        # dK/dV travel with their block: what arrives here belongs to the block now held. The
-        # transfer does not wait for this step's kernel (the contributions do not depend on it).
-        dk, dv = _send(config, dk, dv)
-        return dq + block[0], dk + block[1], dv + block[2]
+        dq, dk, dv = _ring_loop(config, k, v, accumulate)
+    else:
+        # The earlier formulation: the kernels return each step's contributions and XLA adds
+        # them (the same float32 adds in the same order, so the same bits; three more float32
+        # blocks alive at the backward's peak).
+        def contributions(step, kb, vb, sums):
+            if step == 0:  # the device's own (diagonal) block starts the sums
+                return _block_backward(config, scale, q, kb, vb, out, lse, dout,
+                                       config.is_causal)
+            return _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout)
 
-    dq, dk, dv = _ring_loop(config, k, v, contributions, add)
+        def add(step, block, sums):
+            if step == 0:
+                return block
+            dq, dk, dv = sums
+            # dK/dV travel with their block: what arrives here belongs to the block now held.
+            # The transfer does not wait for this step's kernel (the contributions do not depend
+            # on it).
+            dk, dv = _send(config, dk, dv)
+            return dq + block[0], dk + block[1], dv + block[2]
+
+        dq, dk, dv = _ring_loop(config, k, v, contributions, add)
     if n > 1:
         dk, dv = _send(config, dk, dv)  # the last hop home
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    return dq, dk, dv
 
 
 # ---- zigzag placement -------------------------------------------------------------------------

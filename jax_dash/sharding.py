@@ -116,7 +116,8 @@ def _ring_config(mesh, seq_axes, is_causal, schedule):
     if seq_axes is None:
         return None
     from jax_dash import ring  # ring imports the op's validation, which imports this module
-    return ring.RingConfig(seq_axes, _axes_size(mesh, seq_axes), is_causal, schedule, "contiguous")
+    return ring.RingConfig(seq_axes, _axes_size(mesh, seq_axes), is_causal, schedule, "contiguous",
+                           ring._ACCUMULATE)
 
 
 def _replicated(mesh):

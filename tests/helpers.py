@@ -66,3 +66,34 @@ def attention_and_grads(fn, q, k, v, dout):
     """(out, dq, dk, dv) of fn through jax.vjp."""
     out, vjp = jax.vjp(fn, q, k, v)
     return (out, *vjp(dout))
+
+
+def ring_sums(q, k, v, dout, ring_size, *, is_causal, layout, accumulate, schedule="auto"):
+    """The ring's float32 gradient sums ``(dq, dk, dv)`` before the cast to the inputs' dtype,
+    over ``ring_size`` devices simulated on the current one (as ``jax_dash.ring.simulate``), with
+    the kernels adding into the sums in place (``accumulate``) or XLA adding the contributions.
+    Global arrays in, global arrays out (in the layout's token order). Jitted."""
+    from jax_dash import ring
+    axis = "ring_sums_axis"
+    scale = 1.0 / float(np.sqrt(q.shape[-1]))
+    if schedule == "auto":
+        schedule = ring._auto_schedule(q, k, is_causal)
+    config = ring.RingConfig(axis, ring_size, is_causal, schedule, layout, accumulate)
+
+    def split(x):  # [B, S, ...] -> [P, B, S / P, ...]
+        blocks = x.reshape((x.shape[0], ring_size, x.shape[1] // ring_size) + x.shape[2:])
+        return jnp.moveaxis(blocks, 1, 0)
+
+    def join(x):
+        x = jnp.moveaxis(x, 0, 1)
+        return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
+
+    def device(q, k, v, dout):
+        out, lse = ring.ring_forward(q, k, v, scale, config)
+        return ring._backward_sums(q, k, v, out, lse, dout, scale, config)
+
+    def run(q, k, v, dout):
+        sums = jax.vmap(device, axis_name=axis)(split(q), split(k), split(v), split(dout))
+        return tuple(join(x) for x in sums)
+
+    return jax.jit(run)(q, k, v, dout)

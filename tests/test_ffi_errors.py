@@ -29,8 +29,11 @@ def _mask_operands(q_lengths=(B,), kv_lengths=(B,), q_segments=(B, SQ), kv_segme
 
 
 def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, lse=LSE_SHAPE,
-         schedule=1, key_dtype=None, f32_grads=False, mask=None):
-    """Raw backward call; each buffer override is a dtype (or, for lse, a shape)."""
+         schedule=1, key_dtype=None, f32_grads=False, mask=None, accumulate=False, sums=None,
+         aliased=True):
+    """Raw backward call; each buffer override is a dtype (or, for lse, a shape). ``sums``: the
+    three accumulate operands (default: empty, as calls without accumulate pass them), aliased to
+    dq, dk, dv unless ``aliased`` is False."""
     q = jnp.ones(Q_SHAPE, dtype)
     k = jnp.ones(KV_SHAPE, key_dtype or dtype)
     v = jnp.ones(KV_SHAPE, key_dtype or dtype)
@@ -45,9 +48,13 @@ def _bwd(dtype=jnp.bfloat16, *, out=None, dout=None, dq=None, dk=None, dv=None, 
                     jax.ShapeDtypeStruct((f32_size,), jnp.float32),
                     jax.ShapeDtypeStruct((i32_size,), jnp.int32))
     mask_arrays, mask_attrs = _mask_operands(**(mask or {}))
-    results = jax.ffi.ffi_call("jax_dash_bwd", result_types)(
-        q, k, v, out_, lse_, dout_, *mask_arrays, jnp.asarray(0.5, jnp.float32), is_causal=True,
-        schedule=np.int32(schedule), f32_grads=bool(f32_grads), **mask_attrs)
+    if sums is None:
+        sums = (jnp.zeros((0,), jnp.float32),) * 3
+    aliases = {11: 0, 12: 1, 13: 2} if sums[0].size and aliased else {}
+    results = jax.ffi.ffi_call("jax_dash_bwd", result_types, input_output_aliases=aliases)(
+        q, k, v, out_, lse_, dout_, *mask_arrays, jnp.asarray(0.5, jnp.float32), *sums,
+        is_causal=True, schedule=np.int32(schedule), f32_grads=bool(f32_grads),
+        accumulate=bool(accumulate), **mask_attrs)
     return jax.block_until_ready(results)
 
 
@@ -103,6 +110,78 @@ def test_f32_grads_with_a_gradient_in_the_input_dtype(buffer, owner):
                 "dtype float32")
     with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(expected)):
         _bwd(jnp.bfloat16, f32_grads=True, **{buffer: jnp.bfloat16})
+
+
+def _sums(seed=0):
+    """Float32 accumulate operands shaped like dq, dk, dv."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+    return tuple(jax.random.normal(key, shape, jnp.float32)
+                 for key, shape in zip(keys, (Q_SHAPE, KV_SHAPE, KV_SHAPE)))
+
+
+def _bits(x):
+    return np.asarray(x).view(np.uint32)
+
+
+@pytest.mark.parametrize("aliased", [True, False], ids=["aliased", "unaliased"])
+def test_accumulate_adds_the_float32_gradients_to_the_sums(aliased):
+    """accumulate writes sum + g, g the float32 gradient of the call without it: the bits of the
+    float32 add XLA makes of the two (the ring's earlier formulation). Without aliasing (a raw
+    call) the handler copies the sums into the outputs first."""
+    sums = _sums()
+    alone = _bwd(jnp.bfloat16, f32_grads=True)[:3]
+    added = _bwd(jnp.bfloat16, f32_grads=True, accumulate=True, sums=sums, aliased=aliased)[:3]
+    expected = jax.jit(lambda a, b: [x + y for x, y in zip(a, b)])(sums, alone)
+    for name, a, b in zip(("dq", "dk", "dv"), added, expected):
+        assert a.dtype == jnp.float32, name
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=name)
+
+
+def test_accumulate_needs_f32_grads():
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
+            "INVALID_ARGUMENT: jax_dash: accumulate needs f32_grads (it adds float32 gradients "
+            "to float32 sums)")):
+        _bwd(jnp.bfloat16, accumulate=True, sums=_sums(), aliased=False)
+
+
+@pytest.mark.parametrize("index, name, owner", [(0, "dq_sum", "query"), (1, "dk_sum", "key"),
+                                                (2, "dv_sum", "key")])
+def test_accumulate_operand_with_wrong_shape_or_dtype(index, name, owner):
+    good = Q_SHAPE if index == 0 else KV_SHAPE
+    wrong = (B, SQ + SK, H, D)
+    sums = list(_sums())
+    sums[index] = jnp.zeros(wrong, jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
+            f"jax_dash: {name} has shape {wrong}, expected float32 (accumulate) and the {owner}'s "
+            f"shape {good}")):
+        _bwd(jnp.bfloat16, f32_grads=True, accumulate=True, sums=sums, aliased=False)
+    sums[index] = jnp.zeros(good, jnp.bfloat16)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
+            f"jax_dash: {name} has dtype bfloat16, expected float32 (accumulate) and the "
+            f"{owner}'s dtype float32")):
+        _bwd(jnp.bfloat16, f32_grads=True, accumulate=True, sums=sums, aliased=False)
+
+
+def test_bwd_call_checks_its_sums():
+    """_ffi.bwd_call(sums=...) refuses bad sums before any call, naming the argument."""
+    q = jnp.ones(Q_SHAPE, jnp.bfloat16)
+    k = v = jnp.ones(KV_SHAPE, jnp.bfloat16)
+    lse = jnp.zeros(LSE_SHAPE, jnp.float32)
+    dq_sum, dk_sum, dv_sum = _sums()
+
+    def call(sums, f32_grads=True):
+        return _ffi.bwd_call(q, k, v, q, lse, q, 0.5, True, "descending", f32_grads, sums=sums)
+
+    with pytest.raises(ValueError, match=re.escape("bwd_call(sums=...) needs f32_grads=True")):
+        call((dq_sum, dk_sum, dv_sum), f32_grads=False)
+    with pytest.raises(ValueError, match=re.escape(
+            f"dv_sum must be float32 with the value's shape {KV_SHAPE}, got float32 {Q_SHAPE}")):
+        call((dq_sum, dk_sum, dq_sum))
+    with pytest.raises(ValueError, match=re.escape(
+            f"dq_sum must be float32 with the query's shape {Q_SHAPE}, got bfloat16 {Q_SHAPE}")):
+        call((q, dk_sum, dv_sum))
+    with pytest.raises(ValueError, match=re.escape("sums must be (dq_sum, dk_sum, dv_sum)")):
+        call((dq_sum, dk_sum))
 
 
 def test_forward_out_with_wrong_dtype():

@@ -6,6 +6,12 @@ the single-call op and the fp32 reference, and repeated runs bitwise.
 The gradient tests need the backward's float32 block gradients (the ``f32_grads`` FFI attribute),
 which the Hopper backward writes since 2026-11-23 (these tests passed on an H100 that day;
 tests/sm90_check.cu checks that they round to the 16-bit gradients exactly). Skipped unless an sm_90 GPU is present. The two-GPU run is benchmarks/bench_ring.py (issue 16).
+
+The accumulating backward (``_ffi.bwd_call(..., sums=...)``: the kernels add the float32 gradients
+into the ring's sums in place) must give the bits of the sums plus the non-accumulating call's
+float32 gradients, in every epilogue that writes float32 gradients: the dQ postprocess (fragment
+order and classic), the warp-specialized kernel's staged float32 dK/dV epilogue (with and without
+GQA, head_dim 64/128/256), the masked instantiation's and the classic kernel's direct store_dk_dv.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import pytest
 
 import jax_dash
 from helpers import (GPU_MARKS, assert_close_to_reference, attention_and_grads, hopper_devices,
-                     random_inputs, references)
-from jax_dash import ring
+                     random_inputs, references, ring_sums)
+from jax_dash import _ffi, ring
 
 
 HOPPER = hopper_devices()
@@ -108,3 +114,111 @@ def test_simulated_ring_gradients_repeat_bitwise(schedule):
     for _ in range(10):
         for name, x, y in zip(("out", "dq", "dk", "dv"), run(*placed), first):
             assert np.array_equal(_bits(x), _bits(y)), f"{name} differs bitwise"
+
+
+# ---- accumulating backward --------------------------------------------------------------------
+
+# head_dim, is_causal, kv_heads, JAX_DASH_SM90_BWD (None: the default ws-rs), window (masked kernel)
+ACCUMULATE_CASES = [
+    (128, True, 2, None, None),         # ws-rs: GQA, the last group member writes sum * scale
+    (128, False, 4, None, None),        # ws-rs: no GQA, the partial goes out directly
+    (64, True, 2, None, None),          # two dQ buffers at head_dim 64
+    (64, False, 4, None, None),
+    (256, True, 2, None, None),         # kSplitD
+    (256, True, 4, None, None),
+    (128, True, 2, "classic", None),    # bwd_main.cuh: store_dk_dv, element-wise dQ postprocess
+    (128, False, 4, "classic", None),
+    (128, True, 2, "ws-rs2", None),
+    (128, True, 2, None, (96, 0)),      # masked instantiation: its direct store_dk_dv (GQA)
+    (128, False, 4, None, (96, 32)),    # ... and without GQA
+]
+ACCUMULATE_IDS = [f"hd{d}-{'causal' if c else 'full'}-kv{kv}-{kernel or 'ws-rs'}"
+                  f"{'-window' if w else ''}" for d, c, kv, kernel, w in ACCUMULATE_CASES]
+
+
+def _f32_bits(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("head_dim, is_causal, kv_heads, kernel, window", ACCUMULATE_CASES,
+                         ids=ACCUMULATE_IDS)
+def test_accumulating_backward_adds_the_float32_gradients_bitwise(monkeypatch, head_dim,
+                                                                  is_causal, kv_heads, kernel,
+                                                                  window):
+    if kernel is not None:
+        monkeypatch.setenv("JAX_DASH_SM90_BWD", kernel)  # read by the handler at each call
+    q, k, v, dout = (jax.device_put(x, HOPPER[0]) for x in
+                     random_inputs(4, 2, 600, 600, HEADS, kv_heads, head_dim, jnp.bfloat16))
+    scale = 1.0 / np.sqrt(head_dim)
+    mask = _ffi.StaticMask(window=window) if window else _ffi.NO_MASK
+    out, lse = jax.jit(lambda q, k, v: _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask))(
+        q, k, v)
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    sums = tuple(jax.device_put(jax.random.normal(key, x.shape, jnp.float32), HOPPER[0])
+                 for key, x in zip(keys, (q, k, v)))
+
+    @jax.jit
+    def grads(args, sums=None):
+        return _ffi.bwd_call(*args, scale, is_causal, "descending", True, mask=mask, sums=sums)
+
+    args = (q, k, v, out, lse, dout)
+    alone = grads(args)
+    expected = jax.jit(lambda s, g: [a + b for a, b in zip(s, g)])(sums, alone)
+    added = grads(args, sums)
+    for name, a, b in zip(("dq", "dk", "dv"), added, expected):
+        assert a.dtype == jnp.float32 and a.devices() == {HOPPER[0]}, name
+        np.testing.assert_array_equal(_f32_bits(a), _f32_bits(b), err_msg=name)
+    # Repeats bitwise (the sums are not consumed: XLA copies them before the in-place call).
+    for name, a, b in zip(("dq", "dk", "dv"), grads(args, sums), added):
+        np.testing.assert_array_equal(_f32_bits(a), _f32_bits(b), err_msg=name)
+
+
+@pytest.mark.parametrize("head_dim, is_causal, layout", CASES, ids=CASE_IDS)
+def test_simulated_ring_accumulates_with_the_earlier_bits(head_dim, is_causal, layout):
+    """The ring's float32 sums (before the cast to bf16) with the kernels adding in place are the
+    bits of the earlier formulation (XLA adding each step's contributions), GQA included."""
+    _, placed = _inputs(head_dim, layout, seed=6)
+    ours, earlier = (ring_sums(*placed, RING_SIZE, is_causal=is_causal, layout=layout,
+                               accumulate=accumulate) for accumulate in (True, False))
+    for name, a, b in zip(("dq", "dk", "dv"), ours, earlier):
+        assert a.dtype == jnp.float32, name
+        np.testing.assert_array_equal(_f32_bits(a), _f32_bits(b), err_msg=name)
+
+
+@pytest.mark.skipif(len(HOPPER) < 2, reason="needs two Hopper GPUs")
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_two_gpu_ring_copies_no_sum_and_needs_less_memory(monkeypatch, layout):
+    """The GPU compiler's program of the ring on two GPUs (compiled, not run): no float32 block
+    is copied (XLA keeps the sums in place), and its buffer assignment holds at least 1.5 float32
+    blocks less than the earlier formulation's (three contributions fewer; the CPU compiler's
+    assignment saves 2.0 at P = 2 contiguous, 1.98 zigzag, whose half-block slices remain)."""
+    import re
+
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(HOPPER[:2]), ("seq",))
+    spec = PartitionSpec(None, "seq")
+    block = (1, 8192, 8, 128)  # per device
+    shape = jax.ShapeDtypeStruct((1, 2 * block[1]) + block[2:], jnp.bfloat16)
+
+    def compiled():
+        fn = functools.partial(jax_dash.ring_attention, axis_name="seq", is_causal=True,
+                               layout=layout)
+        program = jax.jit(jax.shard_map(
+            lambda q, k, v, dout: attention_and_grads(fn, q, k, v, dout), mesh=mesh,
+            in_specs=(spec,) * 4, out_specs=(spec,) * 4))
+        return program.lower(shape, shape, shape, shape).compile()
+
+    ours = compiled()
+    with monkeypatch.context() as m:
+        m.setattr(ring, "_ACCUMULATE", False)
+        earlier = compiled()
+    full = r"f32\[1,%d,%d,%d\]\{[0-9,]+\} copy\(" % block[1:]
+    hlo = ours.as_text()
+    assert not re.search(full, hlo), re.findall(r".*" + full + r".*", hlo)[:4]
+    f32_block = 4 * int(np.prod(block))
+    before = earlier.memory_analysis().temp_size_in_bytes
+    after = ours.memory_analysis().temp_size_in_bytes
+    assert before - after >= 1.5 * f32_block, (
+        f"temporaries {before} -> {after} bytes: {(before - after) / f32_block:.2f} float32 "
+        "blocks saved")

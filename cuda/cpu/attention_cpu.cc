@@ -161,6 +161,16 @@ inline float logit(float score, float scale, float cap, float* tanh_out) {
   return cap * t;
 }
 
+// Adds row[0..n) to the float32 gradient at element `start` of `base` (accumulate: the ring's
+// running sum, aliased to the output): out = out + row, one float32 add each. Out of line so that
+// no compiler contracts the add with the product that made the row into an FMA: the caller stores
+// exactly the float32 value a call without accumulate writes, and the sum is then what a separate
+// float32 add of that value (XLA's, in the ring without accumulate) gives.
+[[gnu::noinline]] void add_to_grad(void* base, int64_t start, const float* row, int64_t n) {
+  float* out = static_cast<float*>(base) + start;
+  for (int64_t d = 0; d < n; ++d) out[d] = out[d] + row[d];
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 
 void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
@@ -386,6 +396,15 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
   const int64_t col0 = n * block_n;
   const int64_t cols = std::min(block_n, p.seq_kv - col0);
   const float scale = *p.scale_ptr;
+  if (p.accumulate) {  // float32: dk += dk * scale, dv += dv (the values written below)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t start = L.kv_index(b, col0 + c, kvh);
+      for (int64_t d = 0; d < D; ++d) dk_part[d] = dk[c * D + d] * scale;
+      add_to_grad(p.dk, start, dk_part.data(), D);
+      add_to_grad(p.dv, start, dv.data() + c * D, D);
+    }
+    return;
+  }
   for (int64_t c = 0; c < cols; ++c) {
     const int64_t start = L.kv_index(b, col0 + c, kvh);
     for (int64_t d = 0; d < D; ++d) {
@@ -446,6 +465,13 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
 
   const int64_t rows = std::min(block_m, p.seq_q - m * block_m);
   const float scale = *p.scale_ptr;
+  if (p.accumulate) {  // float32: dq += dq_accum * scale (the value written below)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t d = 0; d < D; ++d) partial[d] = dq_accum[r * D + d] * scale;
+      add_to_grad(p.dq, L.q_index(b, m * block_m + r, h), partial.data(), D);
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t start = L.q_index(b, m * block_m + r, h);
     for (int64_t d = 0; d < D; ++d)

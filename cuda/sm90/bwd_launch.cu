@@ -331,7 +331,8 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
           <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
                                                         p.dq, p.seq_q, p.num_heads, rows_q,
                                                         p.scale_ptr,
-                                                        p.grad_dtype == DType::kFloat32);
+                                                        p.grad_dtype == DType::kFloat32,
+                                                        p.accumulate);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -342,7 +343,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     bwd::bwd_postprocess_dq_kernel<Element, kHeadDim>
         <<<static_cast<unsigned>(blocks), bwd::kPostprocessThreads, 0, stream>>>(
             p.workspace_f32 + ws.dq_accum, p.dq, p.batch, p.seq_q, p.num_heads, rows_q,
-            p.scale_ptr, p.grad_dtype == DType::kFloat32);
+            p.scale_ptr, p.grad_dtype == DType::kFloat32, p.accumulate);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -220,7 +220,8 @@ __device__ __forceinline__ void load_rows(const typename Traits::Element* const 
 // accumulators of the calling threads, `tid` their index among the `threads` that `sync`
 // synchronises (a CTA barrier or a named barrier). Without GQA the values go straight to dk/dv;
 // with GQA the query heads of a group add their partial dK_n/dV_n into fp32 workspace accumulators
-// in dkv_ticket order, and the last one converts the sum and writes the output.
+// in dkv_ticket order, and the last one converts the sum and writes the output. With accumulate
+// (float32 gradients) each output element gets output + value (store_grad).
 template <class Element, int kHeadDim, class Acc, class Coords, class Sync>
 __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const ScheduleProblem& sp,
                                             int tid, float scale, int64_t b, int h, int n,
@@ -240,8 +241,8 @@ __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const Sche
       const int c = get<1>(coords(i));
       if (kv0 + r < p.seq_kv) {
         const int64_t o = (kv0 + r) * kv_row_stride + c;
-        store_grad<Element>(p.dk, kv_out_base + o, dk(i) * scale, f32);
-        store_grad<Element>(p.dv, kv_out_base + o, dv(i), f32);
+        store_grad<Element>(p.dk, kv_out_base + o, dk(i) * scale, f32, p.accumulate);
+        store_grad<Element>(p.dv, kv_out_base + o, dv(i), f32, p.accumulate);
       }
     }
     return;
@@ -268,8 +269,8 @@ __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const Sche
     if (last) {
       if (kv0 + r < p.seq_kv) {
         const int64_t o = (kv0 + r) * kv_row_stride + c;
-        store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32);
-        store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32);
+        store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32, p.accumulate);
+        store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32, p.accumulate);
       }
     } else {
       __stcg(dk_addr, dk_sum);

@@ -659,7 +659,8 @@ __device__ __forceinline__ void store_dk_dv_staged(const AttentionParams& p, int
 // query heads of a group add into the float32 accumulators in dkv_ticket order (the chain of
 // store_dk_dv, same adds: sum = accumulator + partial, so the same bits), the last one writes
 // sum * scale (dK) and sum (dV) in the gradient dtype; without GQA (float32 gradients) the partial
-// goes out directly. store_dk_dv did all of it one 4-byte element at a time.
+// goes out directly. store_dk_dv did all of it one 4-byte element at a time. With accumulate
+// (float32) what would be written is added to the output's value instead (accumulate_f32).
 template <class Element, int kHeadDim, int kBlockN, int kMathThreads, class Acc, class Coords>
 __device__ __forceinline__ void store_dk_dv_staged_f32(const AttentionParams& p,
                                                        const ScheduleProblem& sp, int tid,
@@ -722,7 +723,14 @@ __device__ __forceinline__ void store_dk_dv_staged_f32(const AttentionParams& p,
       const float4 w =
           make_float4(v.x * out_scale, v.y * out_scale, v.z * out_scale, v.w * out_scale);
       if (f32) {
-        *reinterpret_cast<float4*>(static_cast<float*>(out) + o) = w;
+        float4* dst = reinterpret_cast<float4*>(static_cast<float*>(out) + o);
+        if (p.accumulate) {  // the ring's running sum: dst = dst + w
+          const float4 sum = *dst;
+          *dst = make_float4(accumulate_f32(sum.x, w.x), accumulate_f32(sum.y, w.y),
+                             accumulate_f32(sum.z, w.z), accumulate_f32(sum.w, w.w));
+        } else {
+          *dst = w;
+        }
       } else {
         const uint2 packed =
             make_uint2(pack_pair(static_cast<Element>(w.x), static_cast<Element>(w.y)),

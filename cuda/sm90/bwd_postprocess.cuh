@@ -1,6 +1,7 @@
 // Backward postprocess: dq = dq_accum * scale in the output dtype, the scale read from device
 // memory (*scale_ptr) so that a traced scale needs no host copy (the main kernel sums unscaled
-// partial dQ tiles in fp32; rows past seq_q are padding and never written).
+// partial dQ tiles in fp32; rows past seq_q are padding and never written). With accumulate
+// (float32 only) dq = dq + dq_accum * scale: the ring's running sum, aliased to dq.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,12 +12,22 @@
 
 namespace jax_dash::sm90::bwd {
 
+// sum + value as a separate float32 add (add.rn, which neither nvcc nor ptxas contracts with the
+// product that made value into an FMA): what XLA's float32 add of the stored value gives, so an
+// accumulating call (AttentionParams::accumulate) has the bits of a call without it plus that add.
+__device__ __forceinline__ float accumulate_f32(float sum, float value) {
+  return __fadd_rn(sum, value);
+}
+
 // dq, dk, dv element i of a gradient buffer: in the input dtype, or in float32 (unrounded) when the
-// call asked for float32 gradients (AttentionParams::grad_dtype, ring attention's accumulators).
+// call asked for float32 gradients (AttentionParams::grad_dtype, ring attention's accumulators),
+// then added to the element's value with accumulate (the ring's running sums).
 template <class Element>
-__device__ __forceinline__ void store_grad(void* base, int64_t i, float value, bool f32) {
+__device__ __forceinline__ void store_grad(void* base, int64_t i, float value, bool f32,
+                                           bool accumulate) {
   if (f32) {
-    static_cast<float*>(base)[i] = value;
+    float* out = static_cast<float*>(base) + i;
+    *out = accumulate ? accumulate_f32(*out, value) : value;
   } else {
     static_cast<Element*>(base)[i] = static_cast<Element>(value);
   }
@@ -29,7 +40,8 @@ template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPostprocessThreads)
     bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, void* __restrict__ dq,
                               int64_t batch, int64_t seq_q, int num_heads, int64_t rows_q,
-                              const float* __restrict__ scale_ptr, bool f32) {
+                              const float* __restrict__ scale_ptr, bool f32,
+                              bool accumulate) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kPostprocessThreads + threadIdx.x;
   const int64_t total = batch * seq_q * num_heads * kHeadDim;
   if (i >= total) return;
@@ -39,7 +51,7 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   const int64_t s = (rest / num_heads) % seq_q;
   const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
   const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
-  store_grad<Element>(dq, i, v * *scale_ptr, f32);
+  store_grad<Element>(dq, i, v * *scale_ptr, f32, accumulate);
 }
 
 // The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
@@ -51,7 +63,8 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
     bwd_postprocess_dq_fragment_kernel(const float* __restrict__ dq_accum,
                                        void* __restrict__ dq, int64_t seq_q,
                                        int num_heads, int64_t rows_q,
-                                       const float* __restrict__ scale_ptr, bool f32) {
+                                       const float* __restrict__ scale_ptr, bool f32,
+                                       bool accumulate) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -84,8 +97,13 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
       if (row < seq_q) {
         const int64_t o = head_offset + row * row_stride + col;
         if (f32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(dq) + o) =
-              make_float2(vals[i] * scale, vals[i + 1] * scale);
+          float2* out = reinterpret_cast<float2*>(static_cast<float*>(dq) + o);
+          float2 w = make_float2(vals[i] * scale, vals[i + 1] * scale);
+          if (accumulate) {
+            const float2 sum = *out;
+            w = make_float2(accumulate_f32(sum.x, w.x), accumulate_f32(sum.y, w.y));
+          }
+          *out = w;
         } else {
           __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
                                           static_cast<Element>(vals[i + 1] * scale)};

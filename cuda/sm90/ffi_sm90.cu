@@ -159,9 +159,10 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                    ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
                    ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
                    ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
+                   ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum,
+                   ffi::AnyBuffer dv_sum, bool is_causal, int64_t window_left,
                    int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
-                   bool has_segment_ids, int32_t schedule, bool f32_grads,
+                   bool has_segment_ids, int32_t schedule, bool f32_grads, bool accumulate,
                    ffi::Result<ffi::AnyBuffer> dq,
                    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
                    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
@@ -179,6 +180,13 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
   if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
                                        &*workspace_i32, &p, f32_grads);
+      e.failure()) {
+    return e;
+  }
+  SumCopy copies[3];
+  int num_copies = 0;
+  if (ffi::Error e = describe_accumulate(accumulate, f32_grads, dq_sum, dk_sum, dv_sum, &p,
+                                         copies, &num_copies);
       e.failure()) {
     return e;
   }
@@ -205,6 +213,15 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
         std::to_string(p.seq_q) + " at head_dim=" + std::to_string(p.head_dim));
   }
   p.wave = occupancy.wave;
+  // Sums that XLA did not place in their outputs (a call without input_output_aliases): the
+  // kernels add into the outputs in place.
+  for (int i = 0; i < num_copies; ++i) {
+    if (cudaError_t err = cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes,
+                                          cudaMemcpyDeviceToDevice, stream);
+        err != cudaSuccess) {
+      return cuda_error("copying an accumulate sum into its gradient failed", err);
+    }
+  }
   if (cudaError_t err = run_bwd(p, stream); err != cudaSuccess) {
     return cuda_error("backward kernel launch failed", err);
   }
@@ -258,6 +275,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()              // q_segment_ids
                                   .Arg<ffi::Buffer<ffi::S32>>()              // kv_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
+                                  .Arg<ffi::AnyBuffer>()                     // dq_sum
+                                  .Arg<ffi::AnyBuffer>()                     // dk_sum
+                                  .Arg<ffi::AnyBuffer>()                     // dv_sum
                                   .Attr<bool>("is_causal")                   // is_causal
                                   .Attr<int64_t>("window_left")              // -1: unbounded
                                   .Attr<int64_t>("window_right")             // -1: unbounded
@@ -266,6 +286,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Attr<bool>("has_segment_ids")             // segments used
                                   .Attr<int32_t>("schedule")                 // schedule
                                   .Attr<bool>("f32_grads")                   // dq/dk/dv float32
+                                  .Attr<bool>("accumulate")                  // dq/dk/dv += sums
                                   .Ret<ffi::AnyBuffer>()                     // dq
                                   .Ret<ffi::AnyBuffer>()                     // dk
                                   .Ret<ffi::AnyBuffer>()                     // dv

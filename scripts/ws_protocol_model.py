@@ -154,6 +154,14 @@ def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False):
 
 
 # ---- forward (fwd_sm90.cu, kWs): producer thread, two or three math warpgroups taking turns ----
+#
+# A forward tile is (n_end, firsts): its KV step count and, per math warpgroup, the first step the
+# warpgroup computes (fwd_kernel's `first`: the steps before it are hidden from all its rows, and it
+# takes their turns and releases their stages without a wgmma). The persistent kernel (kPersistent)
+# runs several tiles per CTA: the stage ring and Q's barrier run on across them, and the math
+# releases Q (q_empty) after the tile's last S = Q K^T. mbarrier arrivals carry the phase they are
+# meant for (the stage's use count, or the tile's Q count): an arrival that lands in another phase
+# (a warpgroup one round of the ring ahead) is an error even where nothing deadlocks.
 
 TURN = (1, 2, 3)  # kTurnBarrier + warpgroup
 
@@ -162,59 +170,121 @@ class ForwardCTA(CTA):
     def __init__(self, warpgroups=2):
         # turn barrier w: warpgroup w waits there, its predecessor arrives
         super().__init__({TURN[w]: 2 for w in range(warpgroups)})
-        self.mbar = {"bar_q": [1, 0, 0]}
+        self.mbar = {"bar_q": [1, 0, 0], "q_empty": [warpgroups, 0, 0]}
         for s in range(STAGES):
             for name, count in (("bar_k", 1), ("bar_v", 1), ("k_empty", warpgroups),
                                 ("v_empty", warpgroups)):
                 self.mbar[f"{name}{s}"] = [count, 0, 0]
 
 
-def forward_producer(n_end):
-    if n_end == 0:
-        return
-    yield ("mb_arrive", "bar_q")
-    for j in range(n_end):
-        stage, empty_phase = j % STAGES, ((j // STAGES) & 1) ^ 1
-        yield ("mb_wait", f"k_empty{stage}", empty_phase)
-        yield ("mb_arrive", f"bar_k{stage}")
-        yield ("mb_wait", f"v_empty{stage}", empty_phase)
-        yield ("mb_arrive", f"bar_v{stage}")
+def _stage(name, it):
+    """(mbarrier of iteration it's stage, the phase index that iteration's use of it has)."""
+    return f"{name}{it % STAGES}", it // STAGES
 
 
-def forward_math(n_end, wg, warpgroups=2):
+def forward_producer(tiles, persistent=False):
+    kv_base = q_count = 0
+    for n_end, _ in tiles:
+        if n_end == 0:
+            continue
+        if persistent and q_count > 0:
+            yield ("mb_wait", "q_empty", (q_count - 1) & 1)
+        yield ("mb_arrive", "bar_q", q_count)
+        for j in range(n_end):
+            it = kv_base + j
+            empty_phase = ((it // STAGES) & 1) ^ 1
+            yield ("mb_wait", _stage("k_empty", it)[0], empty_phase)
+            yield ("mb_arrive", *_stage("bar_k", it))
+            yield ("mb_wait", _stage("v_empty", it)[0], empty_phase)
+            yield ("mb_arrive", *_stage("bar_v", it))
+        kv_base += n_end
+        q_count += 1
+
+
+def forward_math(tiles, wg, warpgroups=2, persistent=False):
     last_wg = warpgroups - 1
+    kv_base = q_count = 0
 
-    def turn_end(turn):
-        if not (wg == last_wg and turn == n_end):  # the last warpgroup's last hand-over is skipped
-            yield ("arrive", TURN[0 if wg == last_wg else wg + 1])
+    def wait(name, it):
+        mbar, phase = _stage(name, it)
+        return ("mb_wait", mbar, phase & 1)
 
-    if wg == last_wg and n_end > 0:
-        yield ("arrive", TURN[0])  # the first warpgroup goes first
-    if n_end > 0:
-        yield ("mb_wait", "bar_q", 0)
-        yield ("sync", TURN[wg])
-        yield ("mb_wait", "bar_k0", 0)                                    # issue_qk(0)
-        yield from turn_end(0)
-        yield ("mb_arrive", "k_empty0")                                   # S_0 complete
-    for it in range(1, n_end):
-        yield ("sync", TURN[wg])
-        yield ("mb_wait", f"bar_k{it % STAGES}", (it // STAGES) & 1)          # issue_qk(it)
-        yield ("mb_wait", f"bar_v{(it - 1) % STAGES}", ((it - 1) // STAGES) & 1)  # issue_pv
-        yield from turn_end(it)
-        yield ("mb_arrive", f"k_empty{it % STAGES}")                      # after wait<1>
-        yield ("mb_wait", "bar_q", 0)                                     # scheduling fence
-        yield ("mb_arrive", f"v_empty{(it - 1) % STAGES}")                # after wait<0>
-    if n_end > 0:
-        yield ("sync", TURN[wg])
-        yield ("mb_wait", f"bar_v{(n_end - 1) % STAGES}", ((n_end - 1) // STAGES) & 1)
-        yield from turn_end(n_end)
+    for n_end, firsts in tiles:
+        first = firsts[wg]
+
+        def turn_end(turn, n_end=n_end):
+            if not (wg == last_wg and turn == n_end):  # the last warpgroup's last hand-over is skipped
+                yield ("arrive", TURN[0 if wg == last_wg else wg + 1])
+
+        def release_q_after(j, n_end=n_end, q_count=q_count):
+            if persistent and j == n_end - 1:
+                yield ("mb_arrive", "q_empty", q_count)
+
+        if wg == last_wg and n_end > 0:
+            yield ("arrive", TURN[0])  # the first warpgroup goes first
+        if n_end > 0:
+            yield ("mb_wait", "bar_q", q_count & 1)
+            for t in range(first):  # skipped turns: the turn's waits, no wgmma
+                yield ("sync", TURN[wg])
+                yield wait("bar_k", kv_base + t)
+                if t > 0:
+                    yield wait("bar_v", kv_base + t - 1)
+                yield ("mb_arrive", *_stage("k_empty", kv_base + t))
+                if t > 0:
+                    yield ("mb_arrive", *_stage("v_empty", kv_base + t - 1))
+                yield from release_q_after(t)
+                yield from turn_end(t)
+            if first < n_end:
+                yield ("sync", TURN[wg])
+                yield wait("bar_k", kv_base + first)                          # issue_qk(first)
+                yield from turn_end(first)
+                yield ("mb_arrive", *_stage("k_empty", kv_base + first))      # S complete
+                if first > 0:
+                    yield ("mb_arrive", *_stage("v_empty", kv_base + first - 1))
+                yield from release_q_after(first)
+        for it in range(first + 1, n_end):
+            yield ("sync", TURN[wg])
+            yield wait("bar_k", kv_base + it)                                 # issue_qk(it)
+            yield wait("bar_v", kv_base + it - 1)                             # issue_pv(it - 1)
+            yield from turn_end(it)
+            yield ("mb_arrive", *_stage("k_empty", kv_base + it))             # after wait<1>
+            yield from release_q_after(it)
+            if persistent:                                                    # scheduling fence
+                yield wait("bar_v", kv_base + it - 1)
+            else:
+                yield ("mb_wait", "bar_q", q_count & 1)
+            yield ("mb_arrive", *_stage("v_empty", kv_base + it - 1))         # after wait<0>
+        if n_end > 0:
+            yield ("sync", TURN[wg])
+            yield wait("bar_v", kv_base + n_end - 1)  # issue_pv, or the skipped turn's wait
+            yield from turn_end(n_end)
+            if persistent:
+                yield ("mb_arrive", *_stage("v_empty", kv_base + n_end - 1))
+            kv_base += n_end
+            q_count += 1
 
 
-def run_forward(n_end, rng, warpgroups=2):
-    actors = {"P": forward_producer(n_end)}
+def run_forward(n_end, rng, warpgroups=2, firsts=None):
+    """One tile of the one-tile kernel; firsts defaults to no skipped step."""
+    tiles = [(n_end, tuple(firsts) if firsts is not None else (0,) * warpgroups)]
+    run_forward_tiles(tiles, rng, warpgroups, persistent=False)
+
+
+def run_forward_tiles(tiles, rng, warpgroups=2, persistent=True):
+    assert persistent or len(tiles) <= 1, "the one-tile kernel runs one tile"
+    actors = {"P": forward_producer(tiles, persistent)}
     for wg in range(warpgroups):
-        actors[f"M{wg}"] = forward_math(n_end, wg, warpgroups)
-    _interleave(ForwardCTA(warpgroups), actors, rng, f"n_end {n_end}, {warpgroups} warpgroups")
+        actors[f"M{wg}"] = forward_math(tiles, wg, warpgroups, persistent)
+    _interleave(ForwardCTA(warpgroups), actors, rng,
+                f"tiles {tiles}, {warpgroups} warpgroups, persistent {persistent}")
+
+
+def random_forward_tiles(rng, warpgroups, max_tiles=4, max_steps=6):
+    tiles = []
+    for _ in range(rng.randint(1, max_tiles)):
+        n_end = rng.choice((0,) + tuple(range(1, max_steps + 1)))
+        tiles.append((n_end, tuple(rng.randint(0, n_end) for _ in range(warpgroups))))
+    return tiles
 
 
 def _interleave(cta, actors, rng, what):
@@ -238,6 +308,9 @@ def _interleave(cta, actors, rng, what):
         elif op[0] == "arrive":
             cta.arrive(op[1], name)
         elif op[0] == "mb_arrive":
+            if len(op) > 2 and cta.mbar[op[1]][2] != op[2]:
+                raise AssertionError(f"{what}: {name}'s arrival on {op[1]} meant for phase {op[2]} "
+                                     f"lands in phase {cta.mbar[op[1]][2]}")
             cta.mb_arrive(op[1])
         else:
             pending[name] = op
@@ -272,11 +345,16 @@ def main():
                     run(units, rng, ds_stages, q_stages, dq_in_stage)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
-            run_forward(rng.randint(0, 9), rng, warpgroups)
+            n_end = rng.randint(0, 9)
+            run_forward(n_end, rng, warpgroups,
+                        [rng.choice((0, 0, rng.randint(0, n_end))) for _ in range(warpgroups)])
+            run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups)
     print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
           "in the stage or not) setting, forward "
-          f"{args.trials} random KV-tile counts per warpgroup count (2, 3), each under a random "
-          "interleaving: no deadlock, every barrier generation complete")
+          f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
+          "persistent tile sequences per warpgroup count (2, 3), each under a random "
+          "interleaving: no deadlock, every barrier generation complete, every mbarrier arrival "
+          "in its phase")
 
 
 if __name__ == "__main__":

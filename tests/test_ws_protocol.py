@@ -1,12 +1,15 @@
 """The warp-specialized kernels' barrier protocols (cuda/sm90/bwd_main_ws.cuh; fwd_sm90.cu, kWs),
 through their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or
 leaves a barrier generation half complete (backward: unit sequences with and without steps, one or
-two dS^T buffers; forward: 0-12 KV tiles, ping-pong turns); and the model does catch the mistakes
-the kernels' comments warn about (a dQEmpty hand-over after a unit's last step, an empty-barrier
-wait on the wrong parity, a missing or an extra ping-pong hand-over). The model mirrors the kernel
+two dS^T buffers; forward: 0-12 KV tiles, ping-pong turns, every combination of skipped steps,
+persistent tile sequences); and the model does catch the mistakes the kernels' comments warn about
+(a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the wrong parity, a missing
+or an extra ping-pong hand-over, skipped steps without their turns, without their waits, or
+releasing a stage a turn early). The model mirrors the kernel
 by hand; the GPU run (scripts/device_ws.sh) is what checks the kernel itself."""
 
 import importlib.util
+import itertools
 import pathlib
 import random
 
@@ -128,27 +131,54 @@ def test_forward_protocol_never_deadlocks(model, warpgroups):
         model.run_forward(n_end, rng, warpgroups)
 
 
+@pytest.mark.parametrize("warpgroups", [2, 3])
+def test_forward_every_skip_combination(model, warpgroups):
+    """Every combination of skipped steps (fwd_kernel's `first` per warpgroup, 0..n_end each, not
+    only those the kernel makes today), 0-6 KV steps, a few interleavings each."""
+    rng = random.Random(11)
+    for n_end in range(0, 7):
+        for firsts in itertools.product(range(n_end + 1), repeat=warpgroups):
+            for _ in range(3):
+                model.run_forward(n_end, rng, warpgroups, firsts)
+
+
+@pytest.mark.parametrize("slow", [None, "P", "M0", "M1", "M2"])
+@pytest.mark.parametrize("warpgroups", [2, 3])
+def test_persistent_forward_tile_sequences(model, warpgroups, slow):
+    """The persistent kernel: 1-4 tiles a CTA, each with its own step count and skipped steps, the
+    stage ring and Q's barrier running on across them."""
+    if slow == "M2" and warpgroups == 2:
+        pytest.skip("no third warpgroup")
+    rng = random.Random(17) if slow is None else _Starving(17, slow)
+    for _ in range(800 if slow is None else 200):
+        model.run_forward_tiles(model.random_forward_tiles(rng, warpgroups), rng, warpgroups)
+
+
+def _first_tile(tiles):
+    return tiles[0][0] if tiles else 0
+
+
 def _math_without_the_first_hand_over(original, model):
-    def forward_math(n_end, wg, warpgroups=2):
-        ops = original(n_end, wg, warpgroups)
-        if wg == warpgroups - 1 and n_end > 0:
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        ops = original(tiles, wg, warpgroups, persistent)
+        if wg == warpgroups - 1 and _first_tile(tiles) > 0:
             next(ops)  # drop the initial arrive that lets the first warpgroup go first
         return ops
     return forward_math
 
 
 def _math_handing_over_after_the_last_turn(original, model):
-    def forward_math(n_end, wg, warpgroups=2):
-        yield from original(n_end, wg, warpgroups)
-        if wg == warpgroups - 1 and n_end > 0:  # the hand-over the kernel skips
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        yield from original(tiles, wg, warpgroups, persistent)
+        if wg == warpgroups - 1 and _first_tile(tiles) > 0:  # the hand-over the kernel skips
             yield ("arrive", model.TURN[0])
     return forward_math
 
 
 def _math_handing_over_to_the_wrong_warpgroup(original, model):
     # two warpgroups' ping-pong rule (hand to wg ^ 1) kept with three
-    def forward_math(n_end, wg, warpgroups=2):
-        for op in original(n_end, wg, warpgroups):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        for op in original(tiles, wg, warpgroups, persistent):
             if op[0] == "arrive" and wg == 0:
                 op = ("arrive", model.TURN[warpgroups - 1])
             yield op
@@ -170,3 +200,71 @@ def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken, war
         except (model.Deadlock, AssertionError):
             caught += 1
     assert caught == 8
+
+
+def _skipping_without_turns(original, model):
+    """A warpgroup that skips steps by leaving out their turns altogether."""
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        tiles = [(n, f) for n, f in tiles]
+        ops = original(tiles, wg, warpgroups, persistent)
+        first = tiles[0][1][wg] if tiles else 0
+        dropped = 0
+        for op in ops:
+            if dropped < first and op == ("sync", model.TURN[wg]):
+                # drop this turn: its sync and everything up to its hand-over
+                for inner in ops:
+                    if inner[0] == "arrive" and inner[1] in model.TURN:
+                        break
+                dropped += 1
+                continue
+            yield op
+    return forward_math
+
+
+def _skipping_without_waits(original, model):
+    """Skipped turns that release their stages without waiting for them to be loaded."""
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        first = tiles[0][1][wg] if tiles else 0
+        turns = 0
+        for op in original(tiles, wg, warpgroups, persistent):
+            if op == ("sync", model.TURN[wg]):
+                turns += 1
+            if turns <= first and op[0] == "mb_wait" and op[1] != "bar_q":
+                continue
+            yield op
+    return forward_math
+
+
+def _skipping_releasing_the_turns_own_v(original, model):
+    """A skipped turn t that releases V_t (not V_{t-1}, as the computing turns do)."""
+    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+        first = tiles[0][1][wg] if tiles else 0
+        turns = 0
+        for op in original(tiles, wg, warpgroups, persistent):
+            if op == ("sync", model.TURN[wg]):
+                turns += 1
+                if turns <= first:
+                    yield op
+                    yield ("mb_arrive", *model._stage("v_empty", turns - 1))
+                    continue
+            if (op[0] == "mb_arrive" and op[1].startswith("v_empty") and turns <= first + 1):
+                continue  # released above, a turn early
+            yield op
+    return forward_math
+
+
+@pytest.mark.parametrize("broken", [_skipping_without_turns, _skipping_without_waits,
+                                    _skipping_releasing_the_turns_own_v])
+def test_forward_model_catches_skipping_mistakes(model, monkeypatch, broken):
+    monkeypatch.setattr(model, "forward_math", broken(model.forward_math, model))
+    caught = 0
+    cases = [(n_end, firsts) for n_end in range(3, 7)
+             for firsts in itertools.product(range(n_end + 1), repeat=2) if max(firsts) > 1]
+    for n_end, firsts in cases:
+        try:
+            for seed in range(20):
+                model.run_forward_tiles([(n_end, firsts), (n_end, firsts)], random.Random(seed),
+                                        2)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught > len(cases) // 4, (caught, len(cases))

@@ -258,6 +258,12 @@ void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t it
                                typename Traits::SmemLayoutKV{});
     P.tma_v = Traits::make_tma(static_cast<const Element*>(p.v), seq_kv, p.num_kv_heads, batch,
                                typename Traits::SmemLayoutKV{});
+    if (bwd::tma_dkv_epilogue(p)) {  // dK, dV have K's shape and dtype
+      P.tma_dk = Traits::make_tma_store_kv(static_cast<Element*>(p.dk), seq_kv, p.num_kv_heads,
+                                           batch);
+      P.tma_dv = Traits::make_tma_store_kv(static_cast<Element*>(p.dv), seq_kv, p.num_kv_heads,
+                                           batch);
+    }
     bwd::bwd_main_ws_kernel<Traits>
         <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
   } else {

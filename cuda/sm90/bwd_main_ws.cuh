@@ -19,7 +19,8 @@
 //             it finds ready, so the writer never waits for that fence; otherwise exits.
 //     warp 3  exits.
 //   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
-//             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit.
+//             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
+//             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
 //
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
@@ -221,8 +222,9 @@ struct WsTraits {
   static constexpr int kPtElems = kRsdKV ? 8 : kBlockN * kBlockM;  // P^T in smem only for SS
   template <int kdSStages>
   struct Storage {
-    // The dK/dV epilogue stages its tiles from k on, over everything up to q (kdQInStage: the
-    // writer may still read the last steps' dQ from their Q/dO stages) or up to dq.
+    // The dK/dV epilogue writes dK and dV into k and v (store_dk_dv_tma), or (GQA, float32
+    // gradients) stages them from k on, over everything up to q (kdQInStage: the writer may still
+    // read the last steps' dQ from their Q/dO stages) or up to dq.
     alignas(1024) Element k[kBlockN * kHeadDim];
     alignas(1024) Element v[kBlockN * kHeadDim];
     alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
@@ -268,7 +270,22 @@ struct WsTraits {
   }
   using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
   using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKV{}));
+  // The dK/dV TMA stores (tma_dkv_epilogue): a (Bn, d) tile of K's / V's shared-memory layout, the
+  // box of TmaKV, from smem.k / smem.v to dK / dV ([batch, seq_kv, heads, d], viewed as
+  // (seq_kv, d, heads, batch): rows past seq_kv of a batch row are not written).
+  static auto make_tma_store_kv(Element* ptr, int32_t seq, int32_t heads, int32_t batch) {
+    return make_bshd_tma_store<Element, kHeadDim>(ptr, seq, heads, batch, SmemLayoutKV{});
+  }
+  using TmaStoreKV = decltype(make_tma_store_kv(nullptr, 1, 1, 1));
 };
+
+// Whether a call's dK/dV epilogue goes through K's and V's shared memory and TMA stores: no GQA
+// (each KV head's gradient is one unit's tile, written once) and 16-bit gradients (the tile's
+// element type). Host (bwd_launch.cu builds the store descriptors) and device (ws_math) agree on it
+// through this one test.
+__host__ __device__ __forceinline__ bool tma_dkv_epilogue(const AttentionParams& p) {
+  return p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32;
+}
 
 template <class Traits>
 struct WsParams {
@@ -279,6 +296,8 @@ struct WsParams {
   typename Traits::TmaQ tma_do;
   typename Traits::TmaKV tma_k;
   typename Traits::TmaKV tma_v;
+  typename Traits::TmaStoreKV tma_dk;  // tma_dkv_epilogue(p) only, else left empty
+  typename Traits::TmaStoreKV tma_dv;
   unsigned long long* trace;  // [grid, kWsTraceSlots] or nullptr (no tracing)
 };
 
@@ -605,54 +624,58 @@ __device__ __forceinline__ int visible_unit_tables(const AttentionParams& p, con
   return num_steps;
 }
 
-// The dK/dV epilogue of a unit without GQA and with 16-bit gradients (the common case): the math
-// threads write their fragments to shared memory as 32-bit pairs (rows padded by 16 bytes, so the
-// fragment stores are conflict-free), then copy whole rows to global memory in 16-byte chunks
-// (coalesced). The direct path (store_dk_dv) stores every element on its own, 2 bytes at a time, 8
-// bytes of each 32-byte sector: measured ~21,000 cycles a unit at head_dim 128 (10% of a unit at
-// 2k tokens). Same values, same rounding, so the same bits. stage: shared memory that no role
-// reads or writes from the math warpgroups' last wgmma of the unit to its closing barrier (K, V,
-// Q, dO of the finished unit: the producer loads the next unit's only after that barrier).
-template <class Element, int kHeadDim, int kBlockN, int kMathThreads, class Acc, class Coords>
-__device__ __forceinline__ void store_dk_dv_staged(const AttentionParams& p, int tid, float scale,
-                                                   int64_t b, int h, int64_t kv0, const Acc& dk,
-                                                   const Acc& dv, const Coords& coords,
-                                                   Element* stage) {
-  using namespace cute;
-  constexpr int kStride = kHeadDim + 8;  // elements per staged row
-  constexpr int kChunks = kHeadDim * int(sizeof(Element)) / 16;  // 16-byte chunks per row
-  Element* sdk = stage;
-  Element* sdv = stage + kBlockN * kStride;
-  // The other warpgroup's last wgmmas may still read K, Q and dO (dQ = dS K reads every K row).
-  named_barrier_sync(kMathBarrier, kMathThreads);
-  // Elements 2i, 2i+1 of the accumulator are adjacent columns of one row (wgmma's C layout).
+// The dK/dV epilogue of a unit without GQA and with 16-bit gradients (tma_dkv_epilogue, the common
+// case): dK * scale and dV, rounded to Element, go into K's and V's shared-memory tiles in the
+// layout their TMA loads use (SmemLayoutKV), and one thread stores both tiles with TMA (rows past
+// seq_kv are clipped by the copy engine). Elements 2i, 2i+1 of the accumulator are adjacent columns
+// of one row (wgmma's C layout), so of one 16-byte chunk of the swizzled row: one st.shared.b32 per
+// pair (cute's copy into a swizzled tile compiles to generic stores with 64-bit address math). One
+// rounding of dk * scale and of dv to Element, as in every epilogue: the same bits.
+// K and V are free once the first barrier has passed: this warpgroup's wgmmas of the unit are
+// complete (the step loop's last wait) and the barrier waits for the other's (its dQ wgmma reads
+// every K row). The producer writes K and V again only with the next unit's loads, issued after the
+// next unit's publication barrier, and the leader (tid 0) waits for the stores' shared-memory reads
+// before it arrives there (ws_math). Returns with the leader's stores committed, not waited for.
+template <class Traits, class Storage, class ThrMma, class Acc>
+__device__ __forceinline__ void store_dk_dv_tma(const WsParams<Traits>& P, Storage& smem,
+                                                const ThrMma& thr_dkv, int tid, float scale,
+                                                int b, int h, int n, const Acc& dk, const Acc& dv) {
+  using Element = typename Traits::Element;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});  // (Bn, d)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});
+  Tensor tdKsK = thr_dkv.partition_C(sK);  // this thread's accumulator elements (tdKVc's coords)
+  Tensor tdVsV = thr_dkv.partition_C(sV);
+  static_assert(decltype(size(tdKsK))::value == decltype(size(dk))::value);
+  // The other warpgroup's last wgmmas may still read K (dQ = dS K reads every K row).
+  named_barrier_sync(kMathBarrier, Traits::kMathThreads);
   CUTE_UNROLL
   for (int i = 0; i < size(dk); i += 2) {
-    const int r = get<0>(coords(i));
-    const int c = get<1>(coords(i));
-    st_shared_u32(sdk + r * kStride + c, pack_pair(static_cast<Element>(dk(i) * scale),
-                                                   static_cast<Element>(dk(i + 1) * scale)));
-    st_shared_u32(sdv + r * kStride + c,
+    st_shared_u32(&tdKsK(i), pack_pair(static_cast<Element>(dk(i) * scale),
+                                       static_cast<Element>(dk(i + 1) * scale)));
+    st_shared_u32(&tdVsV(i),
                   pack_pair(static_cast<Element>(dv(i)), static_cast<Element>(dv(i + 1))));
   }
-  named_barrier_sync(kMathBarrier, kMathThreads);
-  const int64_t row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
-  Element* gdk = static_cast<Element*>(p.dk) + (b * p.seq_kv + kv0) * row_stride +
-                 static_cast<int64_t>(h) * kHeadDim;
-  Element* gdv = static_cast<Element*>(p.dv) + (b * p.seq_kv + kv0) * row_stride +
-                 static_cast<int64_t>(h) * kHeadDim;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kBlockN), p.seq_kv - kv0));
-  for (int x = tid; x < rows * kChunks; x += kMathThreads) {
-    const int r = x / kChunks;
-    const int c = (x % kChunks) * (16 / int(sizeof(Element)));
-    const uint4 k4 = *reinterpret_cast<const uint4*>(sdk + r * kStride + c);
-    const uint4 v4 = *reinterpret_cast<const uint4*>(sdv + r * kStride + c);
-    *reinterpret_cast<uint4*>(gdk + r * row_stride + c) = k4;
-    *reinterpret_cast<uint4*>(gdv + r * row_stride + c) = v4;
+  fence_async_shared();  // generic smem writes -> the TMA stores' reads
+  named_barrier_sync(kMathBarrier, Traits::kMathThreads);
+  if (tid == 0) {
+    const AttentionParams& p = P.p;
+    const auto shape = make_shape(static_cast<int32_t>(p.seq_kv), HeadDim{}, p.num_kv_heads,
+                                  static_cast<int32_t>(p.batch));
+    Tensor mdK = P.tma_dk.get_tma_tensor(shape);
+    Tensor mdV = P.tma_dv.get_tma_tensor(shape);
+    Tensor gdK = local_tile(mdK(_, _, h, b), Shape<BlockN, HeadDim>{}, make_coord(n, _0{}));
+    Tensor gdV = local_tile(mdV(_, _, h, b), Shape<BlockN, HeadDim>{}, make_coord(n, _0{}));
+    auto tma_dk = P.tma_dk.get_slice(_0{});
+    auto tma_dv = P.tma_dv.get_slice(_0{});
+    copy(P.tma_dk, tma_dk.partition_S(sK), tma_dk.partition_D(gdK));
+    copy(P.tma_dv, tma_dv.partition_S(sV), tma_dv.partition_D(gdV));
+    bulk_commit_group();
   }
 }
 
-// The dK/dV epilogue with GQA or float32 gradients, staged like store_dk_dv_staged but in float32:
+// The dK/dV epilogue with GQA or float32 gradients, staged through shared memory in float32:
 // each of dK and dV in turn goes from the fragments to shared memory (16-byte chunks XOR-swizzled
 // by row, so the fragments' 8-byte stores are conflict-free without padding: 64 KB a tensor at
 // head_dim 128, which K, V, Q and dO hold), then moves in 16-byte coalesced chunks. With GQA the
@@ -860,6 +883,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         if (tid == 0) smem.unit_num_steps = num_steps;
       }
     }
+    // The previous unit's dK/dV TMA stores (store_dk_dv_tma) read K's and V's tiles: they must be
+    // read before this barrier releases the producer to load the next unit's K and V into them.
+    if (tid == 0) bulk_wait_group_read_all();
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
     if (done) break;
 
@@ -1117,19 +1143,20 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     }
 
     // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
-    // Staged from K on, over the shared memory no role reads until the unit barrier: up to the
-    // dQ buffers, or (kdQInStage) up to Q (the writer may still read dQ from the Q/dO stages).
-    constexpr size_t kStageEnd =
-        (Traits::kdQInStage ? offsetof(typename Traits::SharedStorage, q)
-                            : offsetof(typename Traits::SharedStorage, dq)) -
-        offsetof(typename Traits::SharedStorage, k);
+    // Without GQA and with 16-bit gradients through K's and V's tiles and TMA stores, in every
+    // instantiation (the masked one too: the epilogue sees no mask, rows past seq_kv are clipped).
     const long long t_epilogue = tracer.start();
-    if (p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32) {
-      static_assert(kStageEnd >= 2 * kBlockN * (kHeadDim + 8) * sizeof(Element),
-                    "the staging region holds the staged dK and dV");
-      store_dk_dv_staged<Element, kHeadDim, kBlockN, kMathThreads>(
-          p, tid, scale, b, h, kv0, tdKrdK, tdVrdV, tdKVc, smem.k);
+    if (tma_dkv_epilogue(p)) {
+      store_dk_dv_tma<Traits>(P, smem, thr_dkv, tid, scale, static_cast<int>(b), h, u.n, tdKrdK,
+                              tdVrdV);
     } else if constexpr (!Traits::kMask) {
+      // Staged in float32 from K on, over the shared memory no role reads until the unit barrier:
+      // up to the dQ buffers, or (kdQInStage) up to Q (the writer may still read dQ from the Q/dO
+      // stages).
+      constexpr size_t kStageEnd =
+          (Traits::kdQInStage ? offsetof(typename Traits::SharedStorage, q)
+                              : offsetof(typename Traits::SharedStorage, dq)) -
+          offsetof(typename Traits::SharedStorage, k);
       static_assert(kStageEnd >= kBlockN * kHeadDim * sizeof(float),
                     "the staging region holds one staged float32 tile");
       store_dk_dv_staged_f32<Element, kHeadDim, kBlockN, kMathThreads>(
@@ -1144,6 +1171,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
     tracer.stop(kTraceMathEpilogue, t_epilogue);
   }
+  // The last dK/dV TMA stores complete before the kernel ends (their reads were waited for above).
+  if (tid == 0) bulk_wait_group_all();
   tracer.stop(kTraceMathCycles, t_begin);
 }
 
@@ -1179,6 +1208,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
+    if (tma_dkv_epilogue(P.p)) {
+      cute::prefetch_tma_descriptor(P.tma_dk.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(P.tma_dv.get_tma_descriptor());
+    }
   }
   __syncthreads();  // the only CTA-wide barrier: barriers initialised
 

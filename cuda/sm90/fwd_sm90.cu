@@ -577,17 +577,52 @@ __global__ void __launch_bounds__(
       for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
     };
 
+    // kWs, unmasked: the KV steps before `first` are hidden from every row of this warpgroup
+    // (causal: its 64 rows end before the tile's last ones, e.g. the first one or two warpgroups of
+    // a 192-row tile at head_dim 64; any mask: rows past seq_q). The warpgroup still takes those
+    // turns and releases their K and V stages, in the turn where it would have (K_t in turn t,
+    // V_{t-1} in turn t: the ordering the model checks), but issues no wgmma and starts its
+    // softmax at step `first`. A step that no row of the warpgroup sees leaves the online softmax
+    // as it found it (max -inf, sum 0, O +0: softmax.cuh), so the bits are the same.
+    // (kMask keeps every step: its warpgroups' ranges are not derived here.)
+    int first = 0;
+    if constexpr (kWs && !kMask) {
+      const int64_t wg_row = row_begin + int64_t(math_wg) * kWarpgroupRows;
+      if (wg_row >= p.seq_q) {
+        first = n_end;
+      } else if (p.is_causal) {
+        const int64_t wg_last = min(wg_row + kWarpgroupRows, int64_t(p.seq_q)) - 1;
+        first = n_hi - min(num_kv_blocks, int(wg_last / kBlockN) + 1);
+      }
+    }
     if (n_end > 0) {
       Barrier::wait(&smem.bar_q, q_count & 1);
-      turn_begin();
-      issue_qk(0);
-      turn_end(0);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);
-      release(&smem.k_empty[kv_base % kStages]);
-      release_q_after(0);
-      softmax_scores(0);
-      scores_to_p();
+      for (int t = 0; t < first; ++t) {  // skipped turns (kWs only)
+        // The turn's waits stay: a later parity wait of this warpgroup on a stage is then never
+        // two phases ahead of it (without them, a warpgroup whose skipped steps covered a
+        // stage's previous use could pass its wait on the stage's older phase: the model found
+        // that deadlock where no warpgroup of a tile computes every step).
+        turn_begin();
+        const int it = kv_base + t;
+        Barrier::wait(&smem.bar_k[it % kStages], (it / kStages) & 1);
+        if (t > 0) Barrier::wait(&smem.bar_v[(it - 1) % kStages], ((it - 1) / kStages) & 1);
+        release(&smem.k_empty[it % kStages]);
+        if (t > 0) release(&smem.v_empty[(it - 1) % kStages]);
+        release_q_after(t);
+        turn_end(t);
+      }
+      if (first < n_end) {
+        turn_begin();
+        issue_qk(first);
+        turn_end(first);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        release(&smem.k_empty[(kv_base + first) % kStages]);
+        if (first > 0) release(&smem.v_empty[(kv_base + first - 1) % kStages]);
+        release_q_after(first);
+        softmax_scores(first);
+        scores_to_p();
+      }
     }
     // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
     if constexpr (!kWs) __syncthreads();
@@ -596,7 +631,7 @@ __global__ void __launch_bounds__(
     // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
     // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
     // conversion and the wgmma issue separate the two P V wgmmas.
-    for (int iter = 1; iter < n_end; ++iter) {
+    for (int iter = first + 1; iter < n_end; ++iter) {
       turn_begin();
       issue_qk(iter);
       softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
@@ -643,11 +678,18 @@ __global__ void __launch_bounds__(
     }
     if (n_end > 0) {
       turn_begin();
-      softmax.rescale(out_acc, correction);
-      issue_pv(n_end - 1);
+      if (first < n_end) {
+        softmax.rescale(out_acc, correction);
+        issue_pv(n_end - 1);
+      } else {  // every step skipped: the turn's wait only (see the skipped turns above)
+        const int it = kv_base + n_end - 1;
+        Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+      }
       turn_end(last_turn);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tOrO);
+      if (first < n_end) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+      }
       // The last V stage of the tile: the one-tile kernel ends here, the persistent one reuses it.
       if constexpr (kPersistent) release(&smem.v_empty[(kv_base + n_end - 1) % kStages]);
     }

@@ -584,7 +584,12 @@ __global__ void __launch_bounds__(
     // V_{t-1} in turn t: the ordering the model checks), but issues no wgmma and starts its
     // softmax at step `first`. A step that no row of the warpgroup sees leaves the online softmax
     // as it found it (max -inf, sum 0, O +0: softmax.cuh), so the bits are the same.
-    // (kMask keeps every step: its warpgroups' ranges are not derived here.)
+    // (kMask keeps every step: its warpgroups' ranges are not derived here.) The protocol relies
+    // on one warpgroup of every tile computing all its steps (the one holding the tile's last valid
+    // row, whose `first` is 0): its waits keep each load of the tile landed before the stage can be
+    // refilled, since the first computing turn of a skipping warpgroup releases V_{first-1}'s stage
+    // without waiting for that load. scripts/ws_protocol_model.py (loads landing late) shows the
+    // tiles without such a warpgroup going wrong; a wait there would lift the reliance.
     int first = 0;
     if constexpr (kWs && !kMask) {
       const int64_t wg_row = row_begin + int64_t(math_wg) * kWarpgroupRows;

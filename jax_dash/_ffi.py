@@ -222,7 +222,9 @@ def _check_sums(sums, q, k, v, f32_grads):
         raise ValueError("bwd_call(sums=...) needs f32_grads=True: the kernels add float32 "
                          "gradients to float32 sums")
     if not isinstance(sums, (tuple, list)) or len(sums) != 3:
-        raise ValueError(f"sums must be (dq_sum, dk_sum, dv_sum), got {sums!r}")
+        got = (f"a {type(sums).__name__} of {len(sums)}" if isinstance(sums, (tuple, list))
+               else f"a {type(sums).__name__}")
+        raise ValueError(f"sums must be (dq_sum, dk_sum, dv_sum), got {got}")
     for name, x, like, owner in (("dq_sum", sums[0], q, "query"), ("dk_sum", sums[1], k, "key"),
                                  ("dv_sum", sums[2], v, "value")):
         shape, dtype = tuple(jnp.shape(x)), jnp.result_type(x)

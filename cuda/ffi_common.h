@@ -305,16 +305,22 @@ inline ffi::Error describe_accumulate(bool accumulate, bool f32_grads,
   const std::initializer_list<int64_t> q_dims = {p->batch, p->seq_q, p->num_heads, p->head_dim};
   const std::initializer_list<int64_t> kv_dims = {p->batch, p->seq_kv, p->num_kv_heads,
                                                   p->head_dim};
-  if (ffi::Error e = check_buffer("dq_sum", dq_sum, q_dims, ffi::DataType::F32,
-                                  "float32 (accumulate) and the query's");
-      e.failure())
-    return e;
-  for (const auto& [name, buffer] :
-       {std::pair<const char*, const ffi::AnyBuffer*>{"dk_sum", &dk_sum}, {"dv_sum", &dv_sum}})
-    if (ffi::Error e = check_buffer(name, *buffer, kv_dims, ffi::DataType::F32,
-                                    "float32 (accumulate) and the key's");
-        e.failure())
-      return e;
+  // Each sum has its gradient's shape (the query's, the key's, the value's) and dtype float32.
+  auto check_sum = [](const char* name, const ffi::AnyBuffer& sum,
+                      std::initializer_list<int64_t> dims, const char* owner) -> ffi::Error {
+    if (!has_dims(sum.dimensions(), dims))
+      return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has shape " +
+                                         dims_string(sum.dimensions()) + ", expected the " +
+                                         owner + "'s shape " + dims_string(dims));
+    if (sum.element_type() != ffi::DataType::F32)
+      return ffi::Error::InvalidArgument(
+          "jax_dash: " + std::string(name) + " has dtype " + dtype_string(sum.element_type()) +
+          ", expected float32 (accumulate adds float32 gradients into it)");
+    return ffi::Error::Success();
+  };
+  if (ffi::Error e = check_sum("dq_sum", dq_sum, q_dims, "query"); e.failure()) return e;
+  if (ffi::Error e = check_sum("dk_sum", dk_sum, kv_dims, "key"); e.failure()) return e;
+  if (ffi::Error e = check_sum("dv_sum", dv_sum, kv_dims, "value"); e.failure()) return e;
   for (const auto& [sum, out] : {std::pair<const ffi::AnyBuffer*, void*>{&dq_sum, p->dq},
                                  {&dk_sum, p->dk}, {&dv_sum, p->dv}})
     if (sum->untyped_data() != out && sum->element_count() > 0)

@@ -145,20 +145,19 @@ def test_accumulate_needs_f32_grads():
 
 
 @pytest.mark.parametrize("index, name, owner", [(0, "dq_sum", "query"), (1, "dk_sum", "key"),
-                                                (2, "dv_sum", "key")])
+                                                (2, "dv_sum", "value")])
 def test_accumulate_operand_with_wrong_shape_or_dtype(index, name, owner):
     good = Q_SHAPE if index == 0 else KV_SHAPE
     wrong = (B, SQ + SK, H, D)
     sums = list(_sums())
     sums[index] = jnp.zeros(wrong, jnp.float32)
     with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
-            f"jax_dash: {name} has shape {wrong}, expected float32 (accumulate) and the {owner}'s "
-            f"shape {good}")):
+            f"jax_dash: {name} has shape {wrong}, expected the {owner}'s shape {good}")):
         _bwd(jnp.bfloat16, f32_grads=True, accumulate=True, sums=sums, aliased=False)
     sums[index] = jnp.zeros(good, jnp.bfloat16)
     with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
-            f"jax_dash: {name} has dtype bfloat16, expected float32 (accumulate) and the "
-            f"{owner}'s dtype float32")):
+            f"jax_dash: {name} has dtype bfloat16, expected float32 (accumulate adds float32 "
+            "gradients into it)")):
         _bwd(jnp.bfloat16, f32_grads=True, accumulate=True, sums=sums, aliased=False)
 
 

@@ -80,13 +80,19 @@ inline bool has_dims(ffi::AnyBuffer::Dimensions actual, std::initializer_list<in
 }
 
 // `name` must have exactly `dims` and element type `dtype`, those of `owner` ("the query's").
-inline ffi::Error check_buffer(const char* name, const ffi::AnyBuffer& buffer,
-                               std::initializer_list<int64_t> dims, ffi::DataType dtype,
-                               const char* owner) {
+inline ffi::Error check_dims(const char* name, const ffi::AnyBuffer& buffer,
+                             std::initializer_list<int64_t> dims, const char* owner) {
   if (!has_dims(buffer.dimensions(), dims))
     return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has shape " +
                                        dims_string(buffer.dimensions()) + ", expected " + owner +
                                        " shape " + dims_string(dims));
+  return ffi::Error::Success();
+}
+
+inline ffi::Error check_buffer(const char* name, const ffi::AnyBuffer& buffer,
+                               std::initializer_list<int64_t> dims, ffi::DataType dtype,
+                               const char* owner) {
+  if (ffi::Error e = check_dims(name, buffer, dims, owner); e.failure()) return e;
   if (buffer.element_type() != dtype)
     return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has dtype " +
                                        dtype_string(buffer.element_type()) + ", expected " +
@@ -308,19 +314,16 @@ inline ffi::Error describe_accumulate(bool accumulate, bool f32_grads,
   // Each sum has its gradient's shape (the query's, the key's, the value's) and dtype float32.
   auto check_sum = [](const char* name, const ffi::AnyBuffer& sum,
                       std::initializer_list<int64_t> dims, const char* owner) -> ffi::Error {
-    if (!has_dims(sum.dimensions(), dims))
-      return ffi::Error::InvalidArgument("jax_dash: " + std::string(name) + " has shape " +
-                                         dims_string(sum.dimensions()) + ", expected the " +
-                                         owner + "'s shape " + dims_string(dims));
+    if (ffi::Error e = check_dims(name, sum, dims, owner); e.failure()) return e;
     if (sum.element_type() != ffi::DataType::F32)
       return ffi::Error::InvalidArgument(
           "jax_dash: " + std::string(name) + " has dtype " + dtype_string(sum.element_type()) +
           ", expected float32 (accumulate adds float32 gradients into it)");
     return ffi::Error::Success();
   };
-  if (ffi::Error e = check_sum("dq_sum", dq_sum, q_dims, "query"); e.failure()) return e;
-  if (ffi::Error e = check_sum("dk_sum", dk_sum, kv_dims, "key"); e.failure()) return e;
-  if (ffi::Error e = check_sum("dv_sum", dv_sum, kv_dims, "value"); e.failure()) return e;
+  if (ffi::Error e = check_sum("dq_sum", dq_sum, q_dims, "the query's"); e.failure()) return e;
+  if (ffi::Error e = check_sum("dk_sum", dk_sum, kv_dims, "the key's"); e.failure()) return e;
+  if (ffi::Error e = check_sum("dv_sum", dv_sum, kv_dims, "the value's"); e.failure()) return e;
   for (const auto& [sum, out] : {std::pair<const ffi::AnyBuffer*, void*>{&dq_sum, p->dq},
                                  {&dk_sum, p->dk}, {&dv_sum, p->dv}})
     if (sum->untyped_data() != out && sum->element_count() > 0)

@@ -221,12 +221,25 @@ def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken, war
     assert caught == 8
 
 
+def _first(tiles, wg):
+    """The first step warpgroup wg computes in the first tile (0 without tiles)."""
+    return tiles[0][1][wg] if tiles else 0
+
+
+def _by_turn(ops, wg, model):
+    """(turns the warpgroup has begun so far, op) for each of its ops."""
+    turns = 0
+    for op in ops:
+        if op == ("sync", model.TURN[wg]):
+            turns += 1
+        yield turns, op
+
+
 def _skipping_without_turns(original, model):
     """A warpgroup that skips steps by leaving out their turns altogether."""
     def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        tiles = [(n, f) for n, f in tiles]
         ops = original(tiles, wg, warpgroups, persistent)
-        first = tiles[0][1][wg] if tiles else 0
+        first = _first(tiles, wg)
         dropped = 0
         for op in ops:
             if dropped < first and op == ("sync", model.TURN[wg]):
@@ -243,11 +256,8 @@ def _skipping_without_turns(original, model):
 def _skipping_without_waits(original, model):
     """Skipped turns that release their stages without waiting for them to be loaded."""
     def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        first = tiles[0][1][wg] if tiles else 0
-        turns = 0
-        for op in original(tiles, wg, warpgroups, persistent):
-            if op == ("sync", model.TURN[wg]):
-                turns += 1
+        first = _first(tiles, wg)
+        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent), wg, model):
             if turns <= first and op[0] == "mb_wait" and op[1] != "bar_q":
                 continue
             yield op
@@ -257,15 +267,12 @@ def _skipping_without_waits(original, model):
 def _skipping_releasing_the_turns_own_v(original, model):
     """A skipped turn t that releases V_t (not V_{t-1}, as the computing turns do)."""
     def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        first = tiles[0][1][wg] if tiles else 0
-        turns = 0
-        for op in original(tiles, wg, warpgroups, persistent):
-            if op == ("sync", model.TURN[wg]):
-                turns += 1
-                if turns <= first:
-                    yield op
-                    yield ("mb_arrive", *model._stage("v_empty", turns - 1))
-                    continue
+        first = _first(tiles, wg)
+        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent), wg, model):
+            if op == ("sync", model.TURN[wg]) and turns <= first:
+                yield op
+                yield ("mb_arrive", *model._stage("v_empty", turns - 1))
+                continue
             if (op[0] == "mb_arrive" and op[1].startswith("v_empty") and turns <= first + 1):
                 continue  # released above, a turn early
             yield op

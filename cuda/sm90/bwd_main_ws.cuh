@@ -22,6 +22,9 @@
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
 //             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
 //
+// A unit's visit order and tickets come from the unit tables that bwd_preprocess_kernel fills once
+// per call (one row per KV tile, the same for every head): the math copies the unit's row into
+// shared memory at its start (rows with lengths or segment ids build theirs, visible_unit_tables).
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
 // previous unit (the last ticket release, by the writer or with kAsyncRelease by the releaser, and

@@ -119,10 +119,15 @@ struct BwdWorkspaceLayout {
   // int32 buffer
   int64_t dq_semaphore;   // [batch, num_heads, Nq]
   int64_t dkv_semaphore;  // [batch, num_kv_heads, Nkv]  (GQA only)
-  int64_t item_counter;   // [batch]: element 0 = next sm90 backward work item (sized by batch only
-                          // to keep every size linear in batch)
+  int64_t item_counter;   // [batch]: element 0 = next sm90 backward work item (sized by batch)
   int64_t tile_segments;  // [batch, Nq + Nkv] SegmentRange (2 x int32): with segment ids, the id
                           // range of each query tile, then of each key tile (sm90 backward only)
+  // The unit tables of the sm90 warp-specialized backward (filled by bwd_preprocess_kernel, the
+  // same for every head and batch row): a KV tile's number of steps, its visit order and the
+  // tickets of its steps. Not scaled by batch (the only such region).
+  int64_t unit_steps;   // [Nkv]
+  int64_t unit_visit;   // [Nkv, Nq]: entry (n, s) = the s-th Q tile of KV tile n (s < steps[n])
+  int64_t unit_ticket;  // [Nkv, Nq]: the ticket of that step (0 for atomic)
   int64_t i32_size;
 };
 
@@ -157,6 +162,12 @@ JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_
   off += batch;
   w.tile_segments = off;
   off += batch * (nq + nkv) * 2;
+  w.unit_steps = off;
+  off += nkv;
+  w.unit_visit = off;
+  off += nkv * nq;
+  w.unit_ticket = off;
+  off += nkv * nq;
   w.i32_size = off;
   return w;
 }

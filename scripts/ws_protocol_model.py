@@ -244,7 +244,8 @@ def forward_math(tiles, wg, warpgroups=2, persistent=False):
                 yield wait("bar_k", kv_base + first)                          # issue_qk(first)
                 yield from turn_end(first)
                 yield ("mb_arrive", *_stage("k_empty", kv_base + first))      # S complete
-                if first > 0:
+                if first > 0:  # V_{first-1} landed before its stage is released
+                    yield wait("bar_v", kv_base + first - 1)
                     yield ("mb_arrive", *_stage("v_empty", kv_base + first - 1))
                 yield from release_q_after(first)
         for it in range(first + 1, n_end):
@@ -290,13 +291,10 @@ def run_forward_tiles(tiles, rng, warpgroups=2, persistent=True):
 
 
 def random_firsts(rng, n_end, warpgroups):
-    """Skipped steps per warpgroup as the kernel makes them: some warpgroup computes every step
-    (the one holding the tile's last valid row), the others skip any number (test_ws_protocol
-    shows why that one matters: its waits keep every load of the tile landed before its stage is
-    refilled)."""
-    firsts = [rng.randint(0, n_end) for _ in range(warpgroups)]
-    firsts[rng.randrange(warpgroups)] = 0
-    return tuple(firsts)
+    """Skipped steps per warpgroup: any number each. (The kernel's tiles always have a warpgroup
+    computing every step, the one holding the tile's last valid row; the protocol does not need
+    it, since a skipping warpgroup's first computing turn waits for V_{first-1}.)"""
+    return tuple(rng.randint(0, n_end) for _ in range(warpgroups))
 
 
 def random_forward_tiles(rng, warpgroups, max_tiles=4, max_steps=6):

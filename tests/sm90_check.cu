@@ -526,6 +526,32 @@ bool run_case(const Case& c) {
     }
     std::printf("  bwd   float32 gradients round to the 16-bit ones: %s\n", rounded ? "ok" : "FAIL");
     ok &= rounded;
+    // accumulate (the ring's running sums): the buffers hold float32 sums on entry and must get
+    // exactly sum + gradient, one float32 add (the float32 epilogues and the dQ postprocess with
+    // accumulate, so that the sanitizers see them too).
+    std::vector<float> sums[3];
+    DeviceBuffer<float>* bufs[3] = {&dq32, &dk32, &dv32};
+    for (int t = 0; t < 3; ++t) {
+      sums[t].resize(got32[t].size());
+      for (size_t i = 0; i < sums[t].size(); ++i) {
+        sums[t][i] = static_cast<float>(static_cast<int>((i * 7919 + t) % 2001) - 1000) * 1e-3f;
+      }
+      bufs[t]->upload(sums[t]);
+    }
+    p32.accumulate = true;
+    CHECK_CUDA(jax_dash::sm90::run_bwd(p32, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    bool added = true;
+    for (int t = 0; t < 3; ++t) {
+      const std::vector<float> got = bufs[t]->download();
+      for (size_t i = 0; i < got.size(); ++i) {
+        const float want = sums[t][i] + got32[t][i];
+        added &= std::memcmp(&got[i], &want, sizeof(float)) == 0;
+      }
+    }
+    std::printf("  bwd   accumulate adds the float32 gradients to the sums: %s\n",
+                added ? "ok" : "FAIL");
+    ok &= added;
   }
   if ((c.lengths || c.segment_length > 0) && jax_dash::sm90::bwd_uses_warp_specialized(d.p)) {
     // Rows with lengths or segment ids: only the steps some query can see are computed.
@@ -630,10 +656,12 @@ void print_trace(const AttentionParams& p) {
   const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
                          "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
                          "writer reduce (smem read)", "producer wait empty", "math unit start",
-                         "math epilogue",       "writer wait complete", "writer fence+release"};
-  static_assert(sizeof(names) / sizeof(names[0]) == 12, "one name per timed slot");
-  if (slots != 15) {
-    std::fprintf(stderr, "trace: %d slots, this driver knows 15\n", slots);
+                         "math epilogue",       "writer wait complete", "writer fence+release",
+                         " unit start: fetch",  " unit start: tables",  " unit start: publish"};
+  constexpr int kNamed = sizeof(names) / sizeof(names[0]);
+  static_assert(kNamed == 15, "one name per timed slot");
+  if (slots != kNamed + 3) {
+    std::fprintf(stderr, "trace: %d slots, this driver knows %d\n", slots, kNamed + 3);
     return;
   }
   const double cycles = sum[slots - 1] > 0 ? sum[slots - 1] : 1.0;

@@ -171,6 +171,41 @@ def test_accumulating_backward_adds_the_float32_gradients_bitwise(monkeypatch, h
     # Repeats bitwise (the sums are not consumed: XLA copies them before the in-place call).
     for name, a, b in zip(("dq", "dk", "dv"), grads(args, sums), added):
         np.testing.assert_array_equal(_f32_bits(a), _f32_bits(b), err_msg=name)
+    # A raw call whose sums are not aliased to its outputs: the handler copies them into the
+    # outputs on the GPU before the kernels add (its device-to-device copy), same bits.
+    raw = _unaliased_accumulating_call(args, scale, is_causal, mask, sums)
+    for name, a, b in zip(("dq", "dk", "dv"), raw, added):
+        assert a.devices() == {HOPPER[0]}, name
+        np.testing.assert_array_equal(_f32_bits(a), _f32_bits(b), err_msg=name)
+    for name, s, s_after in zip(("dq_sum", "dk_sum", "dv_sum"), sums,
+                                (jax.random.normal(key, x.shape, jnp.float32)
+                                 for key, x in zip(keys, (q, k, v)))):
+        np.testing.assert_array_equal(_f32_bits(s), _f32_bits(s_after), err_msg=name)
+
+
+def _unaliased_accumulating_call(args, scale, is_causal, mask, sums):
+    """The backward FFI target called directly with accumulate and no input_output_aliases (the
+    public op always aliases): (dq_sum + dq, dk_sum + dk, dv_sum + dv), the sums left as they were."""
+    q, k, v, out, lse, dout = args
+    batch, seq_q, num_heads, head_dim = q.shape
+    f32_size, i32_size = _ffi._ext.bwd_workspace_size(batch, seq_q, k.shape[1], num_heads,
+                                                      k.shape[2], head_dim)
+    result_types = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
+                    jax.ShapeDtypeStruct(k.shape, jnp.float32),
+                    jax.ShapeDtypeStruct(v.shape, jnp.float32),
+                    jax.ShapeDtypeStruct((f32_size,), jnp.float32),
+                    jax.ShapeDtypeStruct((i32_size,), jnp.int32))
+
+    @jax.jit
+    def call(args, sums):
+        q, k, v, out, lse, dout = args
+        return jax.ffi.ffi_call("jax_dash_bwd", result_types)(
+            q, k, v, out, lse, dout, *_ffi.default_mask_arrays(q, k),
+            jnp.asarray(scale, jnp.float32), *sums, is_causal=bool(is_causal),
+            schedule=np.int32(_ffi.SCHEDULE_IDS["descending"]), f32_grads=True,
+            accumulate=True, **mask.attributes())[:3]
+
+    return call(args, sums)
 
 
 @pytest.mark.parametrize("head_dim, is_causal, layout", CASES, ids=CASE_IDS)

@@ -298,12 +298,25 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
 
   const int64_t pre_rows = p.batch * p.num_heads * rows_q;
   if (pre_rows > 0) {
-    const int64_t blocks = ceil_div(pre_rows, bwd::kPreprocessWarps);
+    // The warp-specialized kernel's unit tables come from the preprocess's last blocks.
+    bwd::UnitTables tables{};
+    if constexpr (Traits::kWarpSpecialized) {
+      if (items > 0) {
+        tables.sp = sp;
+        tables.deterministic = sp.schedule != Schedule::kAtomic;
+        tables.steps = p.workspace_i32 + ws.unit_steps;
+        tables.visit = p.workspace_i32 + ws.unit_visit;
+        tables.ticket = p.workspace_i32 + ws.unit_ticket;
+        tables.blocks = ceil_div(static_cast<int64_t>(sp.num_q_tiles) * sp.num_kv_tiles,
+                                 int64_t{bwd::kPreprocessWarps} * 32);
+      }
+    }
+    const int64_t blocks = ceil_div(pre_rows, bwd::kPreprocessWarps) + tables.blocks;
     bwd::bwd_preprocess_kernel<Element, kHeadDim>
         <<<static_cast<unsigned>(blocks), bwd::kPreprocessWarps * 32, 0, stream>>>(
             static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,
             p.workspace_f32 + ws.dsum, p.workspace_f32 + ws.lse_log2, p.batch, p.seq_q,
-            p.num_heads, rows_q);
+            p.num_heads, rows_q, tables);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 

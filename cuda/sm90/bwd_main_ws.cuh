@@ -22,6 +22,9 @@
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
 //             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
 //
+// A unit's visit order and tickets come from the unit tables that bwd_preprocess_kernel fills once
+// per call (one row per KV tile, the same for every head): the math copies the unit's row into
+// shared memory at its start (rows with lengths or segment ids build theirs, visible_unit_tables).
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
 // previous unit (the last ticket release, by the writer or with kAsyncRelease by the releaser, and
@@ -99,10 +102,14 @@ enum WsTraceSlot : int {
   kTraceMathEpilogue = 9,    // math: dK/dV epilogue and the unit's closing barrier
   kTraceWriterComplete = 10,   // writer: the reduction complete in global memory
   kTraceWriterRelease = 11,    // writer: proxy fence and ticket release (deterministic only)
-  kTraceMathUnits = 12,      // math: units done
-  kTraceMathSteps = 13,      // math: steps done
-  kTraceMathCycles = 14,     // math: cycles from the first fetch to the end
-  kWsTraceSlots = 15,
+  // The parts of kTraceMathUnitStart (with kTraceMathWaitKV, the rest of it):
+  kTraceMathFetch = 12,      // math: the fetch (an atomicAdd for a new item) and its barrier
+  kTraceMathTables = 13,     // math: the unit's visit order and tickets into shared memory
+  kTraceMathPublish = 14,    // math: the stores' read-wait and the publication barrier
+  kTraceMathUnits = 15,      // math: units done
+  kTraceMathSteps = 16,      // math: steps done
+  kTraceMathCycles = 17,     // math: cycles from the first fetch to the end
+  kWsTraceSlots = 18,
 };
 
 // Times one wait of one role into a shared-memory counter when tracing is on (a uniform branch
@@ -803,6 +810,10 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                                      p.num_kv_heads, p.head_dim);
   int32_t* item_counter = p.workspace_i32 + ws.item_counter;
+  // The unit tables (bwd_preprocess_kernel's, read-only here).
+  const int32_t* unit_steps = p.workspace_i32 + ws.unit_steps;
+  const int32_t* unit_visit = p.workspace_i32 + ws.unit_visit;
+  const int32_t* unit_ticket = p.workspace_i32 + ws.unit_ticket;
   const SegmentRange* tile_segments =
       reinterpret_cast<const SegmentRange*>(p.workspace_i32 + ws.tile_segments);
 
@@ -862,31 +873,38 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     named_barrier_sync(kMathBarrier, kMathThreads);
     item = smem.unit_item;
     kv = smem.unit_kv;
+    tracer.stop(kTraceMathFetch, t_unit);
+    const long long t_tables = tracer.start();
     const bool done = item >= P.total_items;
     WsUnit u{};
     int num_steps = 0;
     if (!done) {
       u = read_unit(sp, item, kv, 0);
-      // Visit order and tickets of this unit go to shared memory while no accumulator is live:
-      // the schedule functions are too register-hungry to evaluate in the step loop.
-      num_steps = q_visit_count(sp, u.head_linear, u.n);
+      // Visit order and tickets of this unit go to shared memory: the producer, the writer and
+      // the math read them at every step.
       if (drop_hidden) {
         num_steps = visible_unit_tables<kBlockM, kBlockN, kMathThreads>(
             p, sp, u, tid, deterministic, tile_segments, visit_m, visit_ticket,
             &smem.unit_num_steps);
       } else {
-        for (int s = tid; s < num_steps; s += kMathThreads) {
-          const int visit = q_visit_tile(sp, u.head_linear, u.n, s);
-          visit_m[s] = visit;
-          visit_ticket[s] = deterministic ? dq_ticket(sp, u.head_linear, visit, u.n) : 0;
+        // The row of KV tile n of the unit tables (the same for every head), copied whole: the
+        // loads do not wait for the step count (entries past it are never read).
+        const int64_t row = static_cast<int64_t>(u.n) * sp.num_q_tiles;
+        num_steps = __ldg(unit_steps + u.n);
+        for (int s = tid; s < sp.num_q_tiles; s += kMathThreads) {
+          visit_m[s] = __ldg(unit_visit + row + s);
+          visit_ticket[s] = __ldg(unit_ticket + row + s);
         }
         if (tid == 0) smem.unit_num_steps = num_steps;
       }
     }
+    tracer.stop(kTraceMathTables, t_tables);
+    const long long t_publish = tracer.start();
     // The previous unit's dK/dV TMA stores (store_dk_dv_tma) read K's and V's tiles: they must be
     // read before this barrier releases the producer to load the next unit's K and V into them.
     if (tid == 0) bulk_wait_group_read_all();
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
+    tracer.stop(kTraceMathPublish, t_publish);
     if (done) break;
 
     const int64_t b = u.head_linear / p.num_heads;

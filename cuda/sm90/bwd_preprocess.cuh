@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/params.h"
+#include "cuda/schedule.h"
 #include "cuda/sm90/mask.cuh"
 
 namespace jax_dash::sm90::bwd {
@@ -15,17 +16,53 @@ namespace jax_dash::sm90::bwd {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kPreprocessWarps = 8;  // rows per block (one warp per row)
 
+// The unit tables of the warp-specialized backward (BwdWorkspaceLayout unit_steps, unit_visit,
+// unit_ticket): for every KV tile n, its number of steps, the Q tile of each step and that step's
+// ticket, as cuda/schedule.h defines them. The schedule's functions do not depend on the head (nor
+// on head_linear), so one table serves every head and batch row; the main kernel copies a unit's
+// row into shared memory instead of evaluating them (64-bit divisions, the band's ranges) at every
+// unit start. sp is the main kernel's problem (its wave included: shift's and symmetric_shift's
+// tickets depend on it). blocks == 0: no tables (the classic kernel computes its own).
+struct UnitTables {
+  ScheduleProblem sp;
+  bool deterministic;  // false (atomic): tickets 0
+  int32_t* steps;
+  int32_t* visit;
+  int32_t* ticket;
+  int64_t blocks;  // blocks of kPreprocessWarps * 32 entries over Nkv * Nq
+};
+
+__device__ __forceinline__ void fill_unit_tables(const UnitTables& t, int64_t block) {
+  const int64_t nq = t.sp.num_q_tiles;
+  const int64_t entry = block * (kPreprocessWarps * 32) + threadIdx.x;
+  if (entry >= nq * t.sp.num_kv_tiles) return;
+  const int n = static_cast<int>(entry / nq);
+  const int s = static_cast<int>(entry % nq);
+  const int steps = q_visit_count(t.sp, 0, n);
+  if (s == 0) t.steps[n] = steps;
+  if (s >= steps) return;
+  const int m = q_visit_tile(t.sp, 0, n, s);
+  t.visit[entry] = m;
+  t.ticket[entry] = t.deterministic ? dq_ticket(t.sp, 0, m, n) : 0;
+}
+
 // One warp per (batch, head, padded row). Rows >= seq_q get dsum 0 and lse_log2 +inf, which makes
-// P = exp2(s - lse_log2) exactly 0 there; so does a row whose lse is -inf (it saw no key).
+// P = exp2(s - lse_log2) exactly 0 there; so does a row whose lse is -inf (it saw no key). The
+// last tables.blocks blocks fill the unit tables instead.
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPreprocessWarps * 32)
     bwd_preprocess_kernel(const Element* __restrict__ out, const Element* __restrict__ dout,
                           const float* __restrict__ lse, float* __restrict__ dsum,
                           float* __restrict__ lse_log2, int64_t batch, int64_t seq_q,
-                          int num_heads, int64_t rows_q) {
+                          int num_heads, int64_t rows_q, const UnitTables tables) {
   const int lane = threadIdx.x % 32;
-  const int64_t row_linear = static_cast<int64_t>(blockIdx.x) * kPreprocessWarps + threadIdx.x / 32;
   const int64_t total_rows = batch * num_heads * rows_q;
+  const int64_t row_blocks = (total_rows + kPreprocessWarps - 1) / kPreprocessWarps;
+  if (static_cast<int64_t>(blockIdx.x) >= row_blocks) {
+    fill_unit_tables(tables, static_cast<int64_t>(blockIdx.x) - row_blocks);
+    return;
+  }
+  const int64_t row_linear = static_cast<int64_t>(blockIdx.x) * kPreprocessWarps + threadIdx.x / 32;
   if (row_linear >= total_rows) return;
   const int64_t row = row_linear % rows_q;
   const int64_t bh = row_linear / rows_q;

@@ -584,12 +584,11 @@ __global__ void __launch_bounds__(
     // V_{t-1} in turn t: the ordering the model checks), but issues no wgmma and starts its
     // softmax at step `first`. A step that no row of the warpgroup sees leaves the online softmax
     // as it found it (max -inf, sum 0, O +0: softmax.cuh), so the bits are the same.
-    // (kMask keeps every step: its warpgroups' ranges are not derived here.) The protocol relies
-    // on one warpgroup of every tile computing all its steps (the one holding the tile's last valid
-    // row, whose `first` is 0): its waits keep each load of the tile landed before the stage can be
-    // refilled, since the first computing turn of a skipping warpgroup releases V_{first-1}'s stage
-    // without waiting for that load. scripts/ws_protocol_model.py (loads landing late) shows the
-    // tiles without such a warpgroup going wrong; a wait there would lift the reliance.
+    // (kMask keeps every step: its warpgroups' ranges are not derived here.) The first computing
+    // turn of a skipping warpgroup waits for V_{first-1}'s load before it releases that stage, so
+    // the protocol holds for any combination of skipped steps, even a tile in which no warpgroup
+    // computes every step (the kernel makes none: the warpgroup holding the tile's last valid row
+    // has `first` 0); scripts/ws_protocol_model.py, with loads landing late, checks every one.
     int first = 0;
     if constexpr (kWs && !kMask) {
       const int64_t wg_row = row_begin + int64_t(math_wg) * kWarpgroupRows;
@@ -623,7 +622,11 @@ __global__ void __launch_bounds__(
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
         release(&smem.k_empty[(kv_base + first) % kStages]);
-        if (first > 0) release(&smem.v_empty[(kv_base + first - 1) % kStages]);
+        if (first > 0) {  // V_{first-1} landed (its phase is this wait's: this warpgroup holds it)
+          const int it = kv_base + first - 1;
+          Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+          release(&smem.v_empty[it % kStages]);
+        }
         release_q_after(first);
         softmax_scores(first);
         scores_to_p();

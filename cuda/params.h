@@ -124,7 +124,10 @@ struct BwdWorkspaceLayout {
                           // range of each query tile, then of each key tile (sm90 backward only)
   // The unit tables of the sm90 warp-specialized backward (filled by bwd_preprocess_kernel, the
   // same for every head and batch row): a KV tile's number of steps, its visit order and the
-  // tickets of its steps. Not scaled by batch (the only such region).
+  // tickets of its steps. Not scaled by batch (the only such region), but quadratic in the
+  // sequence: 8 * Nq * Nkv bytes, i.e. seq^2 / 1024 bytes at head_dim 128 (16 MiB at 128k tokens,
+  // 64 MiB at 256k), seq^2 / 2048 at 64, seq^2 / 512 at 256; about 0.3-2.5% of the op's own memory
+  // at the lengths one GPU holds (benchmarks/results/perf-notes.md, eleventh session).
   int64_t unit_steps;   // [Nkv]
   int64_t unit_visit;   // [Nkv, Nq]: entry (n, s) = the s-th Q tile of KV tile n (s < steps[n])
   int64_t unit_ticket;  // [Nkv, Nq]: the ticket of that step (0 for atomic)

@@ -227,5 +227,17 @@ NB_MODULE(_jax_dash, m) {
       nb::arg("batch"), nb::arg("seq_q"), nb::arg("seq_kv"), nb::arg("num_heads"),
       nb::arg("num_kv_heads"), nb::arg("head_dim"),
       "(float32 elements, int32 elements) of the backward workspace");
+  m.def(
+      "bwd_has_unit_tables",
+      [](int64_t batch, int64_t seq_q, int64_t seq_kv, int64_t num_heads, int64_t num_kv_heads,
+         int64_t head_dim) {
+        return jax_dash::bwd_workspace_layout(batch, seq_q, seq_kv, num_heads, num_kv_heads,
+                                              head_dim)
+            .unit_tables;
+      },
+      nb::arg("batch"), nb::arg("seq_q"), nb::arg("seq_kv"), nb::arg("num_heads"),
+      nb::arg("num_kv_heads"), nb::arg("head_dim"),
+      "whether the backward workspace holds the unit tables (else the Hopper backward runs its "
+      "masked instantiation, which builds them in the kernel)");
   jax_dash::bind_schedules(m);
 }

@@ -124,10 +124,12 @@ struct BwdWorkspaceLayout {
                           // range of each query tile, then of each key tile (sm90 backward only)
   // The unit tables of the sm90 warp-specialized backward (filled by bwd_preprocess_kernel, the
   // same for every head and batch row): a KV tile's number of steps, its visit order and the
-  // tickets of its steps. Not scaled by batch (the only such region), but quadratic in the
-  // sequence: 8 * Nq * Nkv bytes, i.e. seq^2 / 1024 bytes at head_dim 128 (16 MiB at 128k tokens,
-  // 64 MiB at 256k), seq^2 / 2048 at 64, seq^2 / 512 at 256; about 0.3-2.5% of the op's own memory
-  // at the lengths one GPU holds (benchmarks/results/perf-notes.md, eleventh session).
+  // tickets of its steps. Not scaled by batch, and quadratic in the sequence (8 * Nq * Nkv bytes),
+  // so they are laid out only while they stay within 1/16 of dQ's float32 accumulator
+  // (unit_tables; about seq_kv <= 32k x batch x heads): a long sequence over few heads has none,
+  // and the sm90 backward then runs its masked instantiation, which builds each unit's tables in
+  // the kernel (bwd_launch.cu). Empty regions otherwise.
+  bool unit_tables;
   int64_t unit_steps;   // [Nkv]
   int64_t unit_visit;   // [Nkv, Nq]: entry (n, s) = the s-th Q tile of KV tile n (s < steps[n])
   int64_t unit_ticket;  // [Nkv, Nq]: the ticket of that step (0 for atomic)
@@ -165,12 +167,14 @@ JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_
   off += batch;
   w.tile_segments = off;
   off += batch * (nq + nkv) * 2;
+  w.unit_tables = 16 * (nkv + 2 * nkv * nq) <= batch * num_heads * rows_q * head_dim;
+  const int64_t table_rows = w.unit_tables ? nkv : 0;
   w.unit_steps = off;
-  off += nkv;
+  off += table_rows;
   w.unit_visit = off;
-  off += nkv * nq;
+  off += table_rows * nq;
   w.unit_ticket = off;
-  off += nkv * nq;
+  off += table_rows * nq;
   w.i32_size = off;
   return w;
 }

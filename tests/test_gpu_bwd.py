@@ -258,6 +258,31 @@ def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
                              tag=f"seq_q={seq_q} (classic kernel)")
 
 
+@pytest.mark.parametrize("schedule", ["descending", "shift", "atomic"])
+def test_without_unit_tables_the_bits_are_the_same(schedule):
+    """A long key sequence over one head gets no unit tables in the workspace (params.h: they would
+    exceed 1/16 of dQ's float32 accumulator), so the backward runs its masked instantiation, which
+    builds each unit's visit order and tickets in the kernel. The head's gradients must be the bits
+    of the same head computed beside a second one (tables present), and match the reference."""
+    ffi = _ffi()
+    shape = (1, 640, 40_000)
+    assert not ffi._ext.bwd_has_unit_tables(*shape, 1, 1, 128)
+    assert ffi._ext.bwd_has_unit_tables(*shape, 2, 2, 128)
+    q, k, v, dout, out, lse, scale = _gpu_inputs(12, *shape, 2, 2, 128, jnp.bfloat16, False)
+    out = out.astype(q.dtype)
+    fn = _bwd_fn(scale, False, schedule)
+    two = fn(q, k, v, out, lse, dout)
+    head = (slice(None), slice(None), slice(0, 1))
+    args = (q[head], k[head], v[head], out[head], lse[:, :1], dout[head])
+    one = fn(*args)
+    if schedule != "atomic":
+        for name, a, b in zip(("dq", "dk", "dv"), two, one):
+            assert np.array_equal(np.asarray(a)[head].view(np.uint16),
+                                  np.asarray(b).view(np.uint16)), name
+    _check_against_reference(*args[:3], args[5], args[3], args[4], scale, False, one,
+                             tag=f"no unit tables, {schedule}")
+
+
 @pytest.mark.parametrize("shape, is_causal", [((1, 1000, 1000, 4, 2, 128), True),
                                                ((2, 777, 1500, 4, 4, 64), False),
                                                ((1, 200_000, 200, 1, 1, 128), False)])

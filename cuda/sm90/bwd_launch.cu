@@ -156,11 +156,16 @@ bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
 
 // The main kernel this problem runs: the requested one, where ws-rs2 and ws-rs-async fall back to
 // ws-rs (a masked call, or tables too large for this seq_q), ws-rs takes its masked instantiation
-// for a call with a mask beyond causal, and a warp-specialized kernel whose tables do not fit (a
-// long query) falls back to classic. A masked call that ends on a kernel without the mask policy
-// gets kInvalid.
+// for a call with a mask beyond causal or without the workspace's unit tables (ws too), and a
+// warp-specialized kernel whose tables do not fit (a long query) falls back to classic. A masked
+// call that ends on a kernel without the mask policy gets kInvalid.
 BwdKernel bwd_kernel(const AttentionParams& p) {
   const bool masked = needs_masked_kernels(p);
+  // Without the unit tables (a long sequence over few heads: bwd_workspace_layout) only the masked
+  // instantiation has visit orders and tickets: it builds them in the kernel, with the same bits.
+  const bool tables = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                           p.num_kv_heads, p.head_dim).unit_tables;
+  const bool needs_mask_instance = masked || !tables;
   auto fits = [&](BwdKernel kernel) {
     bool ok = true;
     dispatch_kernel(kernel, p, [&](auto traits) { ok = fits_shared_memory<decltype(traits)>(p); });
@@ -170,13 +175,16 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   // Head dim 256 has ws-rs only: every other request (a valid one) runs it, and a query too long
   // for its tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.
   if (p.head_dim == 256 && k != BwdKernel::kInvalid) {
-    return masked ? BwdKernel::kWarpSpecializedRsMask : BwdKernel::kWarpSpecializedRs;
+    return needs_mask_instance ? BwdKernel::kWarpSpecializedRsMask : BwdKernel::kWarpSpecializedRs;
   }
   if ((k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync) &&
-      (masked || !fits(k))) {
+      (needs_mask_instance || !fits(k))) {
     k = BwdKernel::kWarpSpecializedRs;
   }
-  if (k == BwdKernel::kWarpSpecializedRs && masked) k = BwdKernel::kWarpSpecializedRsMask;
+  if (k == BwdKernel::kWarpSpecialized && !tables) k = BwdKernel::kWarpSpecializedRs;
+  if (k == BwdKernel::kWarpSpecializedRs && needs_mask_instance) {
+    k = BwdKernel::kWarpSpecializedRsMask;
+  }
   if ((k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
        k == BwdKernel::kWarpSpecializedRsMask) && !fits(k)) {
     k = BwdKernel::kClassic;
@@ -301,7 +309,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     // The warp-specialized kernel's unit tables come from the preprocess's last blocks.
     bwd::UnitTables tables{};
     if constexpr (Traits::kWarpSpecialized) {
-      if (items > 0) {
+      if (items > 0 && ws.unit_tables) {
         tables.sp = sp;
         tables.deterministic = sp.schedule != Schedule::kAtomic;
         tables.steps = p.workspace_i32 + ws.unit_steps;

@@ -24,7 +24,8 @@
 //
 // A unit's visit order and tickets come from the unit tables that bwd_preprocess_kernel fills once
 // per call (one row per KV tile, the same for every head): the math copies the unit's row into
-// shared memory at its start (rows with lengths or segment ids build theirs, visible_unit_tables).
+// shared memory at its start. The masked instantiation builds its own where rows have lengths or
+// segment ids (visible_unit_tables) or where the workspace has no tables (params.h unit_tables).
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
 // previous unit (the last ticket release, by the writer or with kAsyncRelease by the releaser, and
@@ -886,6 +887,16 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         num_steps = visible_unit_tables<kBlockM, kBlockN, kMathThreads>(
             p, sp, u, tid, deterministic, tile_segments, visit_m, visit_ticket,
             &smem.unit_num_steps);
+      } else if (Traits::kMask && !ws.unit_tables) {
+        // No unit tables in the workspace (a long sequence over few heads): this unit's, from
+        // cuda/schedule.h (only the masked instantiation runs without them: bwd_launch.cu).
+        num_steps = q_visit_count(sp, u.head_linear, u.n);
+        for (int s = tid; s < num_steps; s += kMathThreads) {
+          const int visit = q_visit_tile(sp, u.head_linear, u.n, s);
+          visit_m[s] = visit;
+          visit_ticket[s] = deterministic ? dq_ticket(sp, u.head_linear, visit, u.n) : 0;
+        }
+        if (tid == 0) smem.unit_num_steps = num_steps;
       } else {
         // The row of KV tile n of the unit tables (the same for every head), copied whole: the
         // loads do not wait for the step count (entries past it are never read).

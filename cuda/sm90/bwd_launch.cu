@@ -339,6 +339,10 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
   }
 
   if (items > 0) {
+    // Only the masked instantiation builds its unit tables itself (bwd_kernel never picks another
+    // without them; a guard against reading the workspace's empty table regions).
+    if (Traits::kWarpSpecialized && !has_mask_policy_instance<Traits>() && !ws.unit_tables)
+      return cudaErrorInvalidConfiguration;
     int resident = 0;
     if ((err = resident_ctas<Traits>(p, &resident)) != cudaSuccess) return err;
     if (resident < 1) return cudaErrorInvalidConfiguration;  // seq_q too long for the smem tables

@@ -235,7 +235,10 @@ def _check_sums(sums, q, k, v, f32_grads):
 
 
 def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-              mask_arrays, sums, accumulate):
+              mask_arrays, sums, accumulate, alias_sums=True):
+    """The FFI call of ``bwd_call`` at a head_dim the kernels have. ``alias_sums=False`` (tests
+    only) passes the accumulate sums without aliasing them to the gradients, so that the handler
+    copies them into the outputs first."""
     q, k, v, out, lse, dout, scale, *rest = _unify_varying(
         q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
     mask_arrays, sums = rest[:-3], rest[-3:]
@@ -252,7 +255,7 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
         _result_type((i32_size,), jnp.int32, q),
     )
     first_sum = 7 + len(mask_arrays)  # operand index of dq_sum
-    aliases = {first_sum + i: i for i in range(3)} if accumulate else {}
+    aliases = {first_sum + i: i for i in range(3)} if accumulate and alias_sums else {}
     dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential",
                                         input_output_aliases=aliases)(
         q, k, v, out, lse, dout, *mask_arrays, scale, *sums, is_causal=bool(is_causal),

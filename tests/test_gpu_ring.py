@@ -184,26 +184,13 @@ def test_accumulating_backward_adds_the_float32_gradients_bitwise(monkeypatch, h
 
 
 def _unaliased_accumulating_call(args, scale, is_causal, mask, sums):
-    """The backward FFI target called directly with accumulate and no input_output_aliases (the
-    public op always aliases): (dq_sum + dq, dk_sum + dk, dv_sum + dv), the sums left as they were."""
-    q, k, v, out, lse, dout = args
-    batch, seq_q, num_heads, head_dim = q.shape
-    f32_size, i32_size = _ffi._ext.bwd_workspace_size(batch, seq_q, k.shape[1], num_heads,
-                                                      k.shape[2], head_dim)
-    result_types = (jax.ShapeDtypeStruct(q.shape, jnp.float32),
-                    jax.ShapeDtypeStruct(k.shape, jnp.float32),
-                    jax.ShapeDtypeStruct(v.shape, jnp.float32),
-                    jax.ShapeDtypeStruct((f32_size,), jnp.float32),
-                    jax.ShapeDtypeStruct((i32_size,), jnp.int32))
-
+    """The backward FFI call with accumulate and no input_output_aliases (the public op always
+    aliases): (dq_sum + dq, dk_sum + dk, dv_sum + dv), the sums left as they were."""
     @jax.jit
     def call(args, sums):
-        q, k, v, out, lse, dout = args
-        return jax.ffi.ffi_call("jax_dash_bwd", result_types)(
-            q, k, v, out, lse, dout, *_ffi.default_mask_arrays(q, k),
-            jnp.asarray(scale, jnp.float32), *sums, is_causal=bool(is_causal),
-            schedule=np.int32(_ffi.SCHEDULE_IDS["descending"]), f32_grads=True,
-            accumulate=True, **mask.attributes())[:3]
+        q, k = args[:2]
+        return _ffi._bwd_call(*args, scale, is_causal, "descending", True, mask,
+                              _ffi.default_mask_arrays(q, k), sums, True, alias_sums=False)
 
     return call(args, sums)
 

@@ -37,6 +37,7 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/launch.h"
 
 namespace {
@@ -733,6 +734,60 @@ int bench(int argc, char** argv) {
 
 }  // namespace
 
+// The premise of the backward's first-contribution store (WsParams::dq_first_store): for every
+// value x, storing zero_plus(x) leaves the bits that a bulk fp32 reduction of x into +0 leaves
+// (the kernels' old "memset, then add"), subnormals and signed zeros included.
+__global__ void first_store_probe(const float* in, float* reduced, float* stored) {
+  __shared__ alignas(128) float s_in[32];
+  __shared__ alignas(128) float s_zp[32];
+  const int t = threadIdx.x;
+  s_in[t] = in[t];
+  s_zp[t] = jax_dash::sm90::zero_plus(in[t]);
+  jax_dash::sm90::fence_async_shared();
+  __syncthreads();
+  if (t == 0) {
+    jax_dash::sm90::bulk_reduce_add_f32(reduced, s_in, sizeof(s_in));
+    jax_dash::sm90::bulk_store_f32(stored, s_zp, sizeof(s_zp));
+    jax_dash::sm90::bulk_commit_group();
+    jax_dash::sm90::bulk_wait_group_all();
+  }
+}
+
+bool check_first_store() {
+  const float kMin = std::numeric_limits<float>::min();
+  const float kDen = std::numeric_limits<float>::denorm_min();
+  std::vector<float> in = {0.f,  -0.f,      kDen,      -kDen,        kMin - kDen, -(kMin - kDen),
+                           kMin, -kMin,     1e-40f,    -1e-40f,      1.f,         -1.f,
+                           3.5e-3f, -7.25e5f, std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  while (in.size() < 32) in.push_back(static_cast<float>(in.size()) * -0.37f);
+  DeviceBuffer<float> d_in(32), reduced(32), stored(32);
+  d_in.upload(in);
+  reduced.upload(std::vector<float>(32, 0.f));
+  stored.poison();
+  first_store_probe<<<1, 32>>>(d_in.ptr, reduced.ptr, stored.ptr);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> r = reduced.download(), st = stored.download();
+  bool same = true;
+  for (int i = 0; i < 32; ++i) {
+    if (std::memcmp(&r[i], &st[i], sizeof(float)) != 0) {
+      uint32_t a, b, x;
+      std::memcpy(&a, &r[i], 4);
+      std::memcpy(&b, &st[i], 4);
+      std::memcpy(&x, &in[i], 4);
+      std::printf("  first-store probe: x=0x%08x reduced into +0 -> 0x%08x, stored -> 0x%08x\n",
+                  x, a, b);
+      same = false;
+    }
+  }
+  std::printf("dQ first-contribution store has the bits of an add into zero: %s\n",
+              same ? "ok" : "FAIL");
+  return same;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench(argc, argv);
   const bool compare_variants = argc == 2 && std::strcmp(argv[1], "variants") == 0;
@@ -834,9 +889,9 @@ int main(int argc, char** argv) {
               bwd_variant == nullptr || *bwd_variant == '\0' ? "ws-rs" : bwd_variant,
               jax_dash::sm90::fwd_uses_warp_specialized() ? "warp-specialized + ping-pong"
                                                           : "classic");
-  int failed = 0;
+  int failed = check_first_store() ? 0 : 1;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;
-  std::printf("%s: %d of %zu cases failed\n", failed ? "FAIL" : "PASS", failed,
-              sizeof(cases) / sizeof(cases[0]));
+  std::printf("%s: %d of %zu cases (and the first-store probe) failed\n",
+              failed ? "FAIL" : "PASS", failed, sizeof(cases) / sizeof(cases[0]));
   return failed ? 1 : 0;
 }

@@ -76,6 +76,22 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
       "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
       : "memory");
 }
+// gmem[i] = smem[i] for `bytes / 4` floats (a plain bulk store, same alignment rules), in the
+// same bulk group bookkeeping as bulk_reduce_add_f32: the first contribution to a dQ tile
+// (WsParams::dq_first_store).
+__device__ __forceinline__ void bulk_store_f32(float* gmem, const float* smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem),
+               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
+               : "memory");
+}
+// x + (+0.0f) with subnormal inputs and results flushed to sign-preserving zero (add.ftz.f32):
+// what an fp32 reduction (red/atom add.f32, which flush subnormals) leaves in an accumulator that
+// held +0. So a first contribution stored as zero_plus(x) equals the old "memset to 0, then add".
+__device__ __forceinline__ float zero_plus(float x) {
+  float r;
+  asm("add.ftz.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
+  return r;
+}
 __device__ __forceinline__ void bulk_commit_group() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

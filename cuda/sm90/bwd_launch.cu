@@ -255,6 +255,7 @@ void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t it
     P.sp = sp;
     P.total_items = items;
     P.trace = trace;
+    P.dq_first_store = bwd::dq_first_store_applies<Traits>(sp);
     const auto seq_q = static_cast<int32_t>(p.seq_q);
     const auto seq_kv = static_cast<int32_t>(p.seq_kv);
     const auto batch = static_cast<int32_t>(p.batch);
@@ -292,8 +293,14 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
   const int64_t items = total_items(sp);
   cudaError_t err;
 
-  // Zero what is summed into or counted: dq_accum, the GQA accumulators, all int32 counters.
-  if ((err = cudaMemsetAsync(p.workspace_f32 + ws.dq_accum, 0,
+  // Zero what is summed into or counted: dq_accum (unless the main kernel stores each Q tile's
+  // first contribution: WsParams::dq_first_store), the GQA accumulators, all int32 counters.
+  bool dq_first_store = false;
+  if constexpr (Traits::kWarpSpecialized) {
+    dq_first_store = items > 0 && bwd::dq_first_store_applies<Traits>(sp);
+  }
+  if (!dq_first_store &&
+      (err = cudaMemsetAsync(p.workspace_f32 + ws.dq_accum, 0,
                              (ws.dsum - ws.dq_accum) * sizeof(float), stream)) != cudaSuccess)
     return err;
   if (ws.f32_size > ws.dk_accum &&
@@ -363,7 +370,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
                                                         p.dq, p.seq_q, p.num_heads, rows_q,
                                                         p.scale_ptr,
                                                         p.grad_dtype == DType::kFloat32,
-                                                        p.accumulate);
+                                                        p.accumulate, sp, dq_first_store);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     return cudaSuccess;

@@ -307,7 +307,21 @@ struct WsParams {
   typename Traits::TmaStoreKV tma_dk;  // tma_dkv_epilogue(p) only, else left empty
   typename Traits::TmaStoreKV tma_dv;
   unsigned long long* trace;  // [grid, kWsTraceSlots] or nullptr (no tracing)
+  // Deterministic and unmasked (dq_first_store_applies): the step that holds a Q tile's ticket 0
+  // stores its partial (bulk_store_f32, as zero_plus(x)) instead of adding it, so dq_accum needs
+  // no zeroing; the later tickets add as before. Same values, same bits.
+  bool dq_first_store;
 };
+
+// Whether the first contribution to each dQ tile is stored rather than added (WsParams::
+// dq_first_store): a deterministic schedule (ticket 0 is the first add in a fixed order) and the
+// unmasked instantiation (every step of the band is computed, so every Q tile's ticket 0 is; the
+// masked one leaves out hidden steps and keeps the zeroed accumulator). Q tiles the band gives
+// no KV tile are never written: the postprocess reads them as zero (bwd_postprocess.cuh).
+template <class Traits>
+constexpr bool dq_first_store_applies(const ScheduleProblem& sp) {
+  return !Traits::kMask && sp.schedule != Schedule::kAtomic;
+}
 
 // Issues a wgmma chain C (+)= A B with A in registers; the caller waits with warpgroup_wait and
 // must not change A's registers before then.
@@ -482,14 +496,23 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
       if (leader) {
         float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
                                   static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+        // The first contribution (ticket 0, dq_first_store) is stored: dq_accum was not zeroed.
+        const bool store = P.dq_first_store && visit_ticket[s] == 0;
+        auto put = [&](float* dst, const float* src, uint32_t bytes) JAX_DASH_INLINE {
+          if (store) {
+            bulk_store_f32(dst, src, bytes);
+          } else {
+            bulk_reduce_add_f32(dst, src, bytes);
+          }
+        };
         if constexpr (Traits::kdQInStage) {
           // The partial's first half lies in the stage's Q buffer, the second in its dO buffer.
           constexpr uint32_t kHalf = Traits::kdQBytes / 2;
-          bulk_reduce_add_f32(tile, reinterpret_cast<const float*>(smem.q[buf]), kHalf);
-          bulk_reduce_add_f32(tile + Traits::kdQFloats / 2,
-                              reinterpret_cast<const float*>(smem.dout[buf]), kHalf);
+          put(tile, reinterpret_cast<const float*>(smem.q[buf]), kHalf);
+          put(tile + Traits::kdQFloats / 2, reinterpret_cast<const float*>(smem.dout[buf]),
+              kHalf);
         } else {
-          bulk_reduce_add_f32(tile, smem.dq[buf], Traits::kdQBytes);
+          put(tile, smem.dq[buf], Traits::kdQBytes);
         }
         bulk_commit_group();
         bulk_wait_group_read_all();
@@ -946,6 +969,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       const int stage = q_iter % Traits::kStages;
       const int ds_stage = Traits::kdSStages == 1 ? 0 : q_iter % Traits::kdSStages;
       const int m = visit_m[step];
+      // This step's partial is stored, not added (WsParams::dq_first_store): as zero_plus(x).
+      const bool dq_first = P.dq_first_store && visit_ticket[step] == 0;
       const long long t_q = tracer.start();
       cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage],
                                                      (q_iter / Traits::kStages) & 1);
@@ -1122,6 +1147,10 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
             gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc);
+            if (dq_first) {
+              CUTE_UNROLL
+              for (int i = 0; i < size(acc); ++i) acc(i) = zero_plus(acc(i));
+            }
             CUTE_UNROLL
             for (int k = 0; k < kChunks / 2; ++k) {
               dst[k * kMathThreads + tid] =
@@ -1131,6 +1160,10 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
           half(tdQrKt0, lo);
           half(tdQrKt1, hi);
         } else {
+          if (dq_first) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(tdQrdQ); ++i) tdQrdQ(i) = zero_plus(tdQrdQ(i));
+          }
           CUTE_UNROLL
           for (int k = 0; k < kChunks; ++k) {
             const float4 v = make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2),
@@ -1153,6 +1186,10 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       named_barrier_sync(dq_empty_barrier(dq_buf), Traits::kdQThreads);
       tracer.stop(kTraceMathWaitdQEmpty, t_empty);
       float4* sdq = reinterpret_cast<float4*>(smem.dq[dq_buf]);
+      if (dq_first) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(tdQrdQ); ++i) tdQrdQ(i) = zero_plus(tdQrdQ(i));
+      }
       CUTE_UNROLL
       for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
         sdq[k * kMathThreads + tid] =

@@ -10,6 +10,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "cuda/schedule.h"
+
 namespace jax_dash::sm90::bwd {
 
 // sum + value as a separate float32 add (add.rn, which neither nvcc nor ptxas contracts with the
@@ -64,7 +66,8 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
                                        void* __restrict__ dq, int64_t seq_q,
                                        int num_heads, int64_t rows_q,
                                        const float* __restrict__ scale_ptr, bool f32,
-                                       bool accumulate) {
+                                       bool accumulate, const ScheduleProblem sp,
+                                       bool first_store) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -84,10 +87,13 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
       dq_accum + (head_linear * rows_q + static_cast<int64_t>(m) * kBlockM) * kHeadDim);
   const int64_t row_stride = static_cast<int64_t>(num_heads) * kHeadDim;
   const float scale = *scale_ptr;
+  // With first_store (WsParams::dq_first_store) dq_accum was not zeroed, and a Q tile the band
+  // gives no KV tile was never written: it reads as the zero it would have held.
+  const bool unwritten = first_store && num_kv_tiles_seen(sp, m) == 0;
   const int64_t head_offset = b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
   CUTE_UNROLL
   for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
-    const float4 v = tile[k * kThreads + tid];
+    const float4 v = unwritten ? make_float4(0.f, 0.f, 0.f, 0.f) : tile[k * kThreads + tid];
     const float vals[4] = {v.x, v.y, v.z, v.w};
     CUTE_UNROLL
     for (int i = 0; i < 4; i += 2) {

@@ -84,12 +84,14 @@ __device__ __forceinline__ void bulk_store_f32(float* gmem, const float* smem, u
                "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(bytes)
                : "memory");
 }
-// x + (+0.0f) with subnormal inputs and results flushed to sign-preserving zero (add.ftz.f32):
-// what an fp32 reduction (red/atom add.f32, which flush subnormals) leaves in an accumulator that
-// held +0. So a first contribution stored as zero_plus(x) equals the old "memset to 0, then add".
+// x + (+0.0f), round to nearest, subnormals kept (add.rn.f32): what the bulk fp32 reduction
+// (cp.reduce.async.bulk .add.f32) leaves in an accumulator that held +0: -0 becomes +0, every other
+// value stays itself, subnormals included (measured on an H100, 2026-11-26: the reduction does not
+// flush them; tests/sm90_check.cu first_store_probe checks it on every run). So a first
+// contribution stored as zero_plus(x) equals the old "memset to 0, then add".
 __device__ __forceinline__ float zero_plus(float x) {
   float r;
-  asm("add.ftz.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
+  asm("add.rn.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
   return r;
 }
 __device__ __forceinline__ void bulk_commit_group() {

@@ -8,7 +8,8 @@
 //             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
 //     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
 //             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
-//             asynchronous reduction, frees the buffer once it has been read (dQEmpty), waits for
+//             asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk copy,
+//             dq_accum being unzeroed), frees the buffer once it has been read (dQEmpty), waits for
 //             the reduction to complete in global memory, then releases the ticket (with
 //             kAsyncRelease: publishes the completion to the releaser warp instead). With two dQ
 //             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.

@@ -244,9 +244,10 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   return cudaSuccess;
 }
 
+// dq_first_store: run_bwd_impl's decision (it skipped dq_accum's memset), for the kernel's writer.
 template <class Traits>
 void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
-                 unsigned long long* trace, cudaStream_t stream) {
+                 bool dq_first_store, unsigned long long* trace, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
   if constexpr (Traits::kWarpSpecialized) {
     using Element = typename Traits::Element;
@@ -255,7 +256,7 @@ void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t it
     P.sp = sp;
     P.total_items = items;
     P.trace = trace;
-    P.dq_first_store = bwd::dq_first_store_applies<Traits>(sp);
+    P.dq_first_store = dq_first_store;
     const auto seq_q = static_cast<int32_t>(p.seq_q);
     const auto seq_kv = static_cast<int32_t>(p.seq_kv);
     const auto batch = static_cast<int32_t>(p.batch);
@@ -357,7 +358,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     // is not running) and never more than there are items.
     const int64_t grid = std::min<int64_t>({static_cast<int64_t>(std::max(p.wave, 1)),
                                             static_cast<int64_t>(resident), items});
-    launch_main<Traits>(p, sp, items, grid, trace, stream);
+    launch_main<Traits>(p, sp, items, grid, dq_first_store, trace, stream);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 

@@ -324,6 +324,14 @@ constexpr bool dq_first_store_applies(const ScheduleProblem& sp) {
   return !Traits::kMask && sp.schedule != Schedule::kAtomic;
 }
 
+// Every value of a dQ partial as zero_plus(x): what it must be when it is stored as a Q tile's
+// first contribution (WsParams::dq_first_store) instead of added into a zero.
+template <class Frag>
+__device__ __forceinline__ void zero_plus_all(Frag& f) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(f); ++i) f(i) = zero_plus(f(i));
+}
+
 // Issues a wgmma chain C (+)= A B with A in registers; the caller waits with warpgroup_wait and
 // must not change A's registers before then.
 template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
@@ -1148,10 +1156,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
             gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
             warpgroup_wait<0>();
             warpgroup_fence_operand(acc);
-            if (dq_first) {
-              CUTE_UNROLL
-              for (int i = 0; i < size(acc); ++i) acc(i) = zero_plus(acc(i));
-            }
+            if (dq_first) zero_plus_all(acc);
             CUTE_UNROLL
             for (int k = 0; k < kChunks / 2; ++k) {
               dst[k * kMathThreads + tid] =
@@ -1161,10 +1166,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
           half(tdQrKt0, lo);
           half(tdQrKt1, hi);
         } else {
-          if (dq_first) {
-            CUTE_UNROLL
-            for (int i = 0; i < size(tdQrdQ); ++i) tdQrdQ(i) = zero_plus(tdQrdQ(i));
-          }
+          if (dq_first) zero_plus_all(tdQrdQ);
           CUTE_UNROLL
           for (int k = 0; k < kChunks; ++k) {
             const float4 v = make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2),
@@ -1187,10 +1189,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       named_barrier_sync(dq_empty_barrier(dq_buf), Traits::kdQThreads);
       tracer.stop(kTraceMathWaitdQEmpty, t_empty);
       float4* sdq = reinterpret_cast<float4*>(smem.dq[dq_buf]);
-      if (dq_first) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(tdQrdQ); ++i) tdQrdQ(i) = zero_plus(tdQrdQ(i));
-      }
+      if (dq_first) zero_plus_all(tdQrdQ);
       CUTE_UNROLL
       for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
         sdq[k * kMathThreads + tid] =

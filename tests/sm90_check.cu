@@ -435,6 +435,56 @@ int64_t expected_bwd_steps(const Case& c, const AttentionParams& p) {
   return steps;
 }
 
+// The backward preprocess's dsum and lse_log2 (in the workspace after run_bwd) against the host's
+// replay of the one-row-a-warp arithmetic, bit for bit: lane l's FMA chain from 0 over the columns
+// l, l + 32, ..., then the xor butterfly (16, 8, 4, 2, 1; every lane ends with the same bits); rows
+// past seq_q (to the padded Q tile) 0 and +inf, lse -inf -> +inf, else lse * log2(e) in float.
+bool check_preprocess(const Case& c, const DeviceProblem& d, const std::vector<uint16_t>& out,
+                      const std::vector<uint16_t>& dout, const std::vector<float>& lse) {
+  const int64_t block_m = jax_dash::tile_config(c.head_dim).bwd_block_m;
+  const int64_t rows_q = (c.seq_q + block_m - 1) / block_m * block_m;
+  const size_t n = static_cast<size_t>(c.batch) * c.heads * rows_q;
+  std::vector<float> dsum(n), lse_log2(n);
+  CHECK_CUDA(cudaMemcpy(dsum.data(), d.wf.ptr + d.ws.dsum, n * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(lse_log2.data(), d.wf.ptr + d.ws.lse_log2, n * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int h = 0; h < c.heads; ++h) {
+      for (int64_t r = 0; r < rows_q; ++r) {
+        float want_sum = 0.f, want_l2 = INFINITY;
+        if (r < c.seq_q) {
+          float lane[32];
+          for (int l = 0; l < 32; ++l) {
+            float acc = 0.f;
+            for (int col = l; col < c.head_dim; col += 32) {
+              const size_t i = idx(c, b, r, c.seq_q, h, c.heads, col);
+              acc = std::fmaf(static_cast<float>(from_bits(out[i], c.dtype)),
+                              static_cast<float>(from_bits(dout[i], c.dtype)), acc);
+            }
+            lane[l] = acc;
+          }
+          for (int off = 16; off > 0; off /= 2) {
+            float next[32];
+            for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ off];
+            std::memcpy(lane, next, sizeof(lane));
+          }
+          want_sum = lane[0];
+          const float l = lse[(static_cast<size_t>(b) * c.heads + h) * c.seq_q + r];
+          if (l != -INFINITY) want_l2 = l * 1.4426950408889634f;
+        }
+        const size_t row = (static_cast<size_t>(b) * c.heads + h) * rows_q + r;
+        bad += std::memcmp(&dsum[row], &want_sum, sizeof(float)) != 0 ||
+               std::memcmp(&lse_log2[row], &want_l2, sizeof(float)) != 0;
+      }
+    }
+  }
+  std::printf("  bwd   preprocess dsum, lse_log2 bitwise as one row a warp: %s\n",
+              bad ? "FAIL" : "ok");
+  return bad == 0;
+}
+
 bool run_case(const Case& c) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   std::printf("case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s %s",
@@ -493,6 +543,7 @@ bool run_case(const Case& c) {
     CHECK_CUDA(cudaDeviceSynchronize());
     std::vector<uint16_t> got[3] = {d.dq.download(), d.dk.download(), d.dv.download()};
     if (rep == 0) {
+      ok &= check_preprocess(c, d, ho, hdo, hl);
       ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
       ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
       ok &= compare("bwd", "dv", widen(got[2], c.dtype), ref.dv, tol);

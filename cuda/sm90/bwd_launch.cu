@@ -327,7 +327,10 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
                                  int64_t{bwd::kPreprocessWarps} * 32);
       }
     }
-    const int64_t blocks = ceil_div(pre_rows, bwd::kPreprocessWarps) + tables.blocks;
+    // A warp's rows belong to one head (rows_q is whole Q tiles).
+    constexpr int kRowsPerBlock = bwd::preprocess_rows_per_block<kHeadDim>();
+    static_assert(Traits::kBlockM % bwd::preprocess_rows_per_warp<kHeadDim>() == 0);
+    const int64_t blocks = ceil_div(pre_rows, kRowsPerBlock) + tables.blocks;
     bwd::bwd_preprocess_kernel<Element, kHeadDim>
         <<<static_cast<unsigned>(blocks), bwd::kPreprocessWarps * 32, 0, stream>>>(
             static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,
@@ -364,6 +367,9 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
 
   if constexpr (Traits::kWarpSpecialized) {
     if (p.batch * p.seq_q * p.num_heads > 0) {
+      // 16-bit gradients leave through a shared-memory tile in 16-byte row chunks.
+      const bool staged = p.grad_dtype != DType::kFloat32 && !p.accumulate &&
+                          reinterpret_cast<uintptr_t>(p.dq) % 16 == 0;
       const dim3 blocks(static_cast<unsigned>(p.batch * p.num_heads),
                         static_cast<unsigned>(sp.num_q_tiles));
       bwd::bwd_postprocess_dq_fragment_kernel<Traits>
@@ -371,7 +377,8 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
                                                         p.dq, p.seq_q, p.num_heads, rows_q,
                                                         p.scale_ptr,
                                                         p.grad_dtype == DType::kFloat32,
-                                                        p.accumulate, sp, dq_first_store);
+                                                        p.accumulate, sp, dq_first_store,
+                                                        staged);
       if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     return cudaSuccess;

@@ -56,10 +56,26 @@ __global__ void __launch_bounds__(kPostprocessThreads)
   store_grad<Element>(dq, i, v * *scale_ptr, f32, accumulate);
 }
 
+// Bytes of one row of the 16-bit staging tile of bwd_postprocess_dq_fragment_kernel: the row's
+// 16-bit values plus 16 bytes, so that a warp's fragment stores (8 rows, 16 bytes each) start 4
+// banks apart and hit 32 distinct banks.
+template <int kHeadDim>
+constexpr int dq_stage_pitch() {
+  return kHeadDim * 2 + 16;
+}
+
 // The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
-// (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the 16-byte chunks k * 256 + t of the tile (coalesced) and finds
-// each value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that
-// stored it. Adjacent column pairs go out as one 32-bit store.
+// (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the
+// 16-byte chunks k * 256 + t of the tile (coalesced, all before the first use) and finds each
+// value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that stored
+// it. The value written is dq_accum * scale rounded once to the output dtype, in every path:
+// - 16-bit gradients with a 16-byte aligned dq (staged): the rounded pairs go into a shared-memory
+//   tile in row order, and the tile leaves in 16-byte chunks, whole rows at a time. Stored straight
+//   from the fragments, a warp's 4-byte stores left half-written 32-byte sectors over 8 rows, which
+//   L2 filled from DRAM and wrote back whole: 224 us at hd128 2k B8 H16 on an H100, 37% of DRAM
+//   peak (benchmarks/results/perf-notes.md, thirteenth session);
+// - otherwise straight from the fragments: adjacent column pairs as one store (float32 pairs fill
+//   whole sectors).
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kMathThreads)
     bwd_postprocess_dq_fragment_kernel(const float* __restrict__ dq_accum,
@@ -67,12 +83,16 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
                                        int num_heads, int64_t rows_q,
                                        const float* __restrict__ scale_ptr, bool f32,
                                        bool accumulate, const ScheduleProblem sp,
-                                       bool first_store) {
+                                       bool first_store, bool staged) {
   using namespace cute;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kThreads = Traits::kMathThreads;
+  constexpr int kChunks = Traits::kdQFloatsPerThread / 4;  // 16-byte chunks a thread reads
+  constexpr int kPitch = dq_stage_pitch<kHeadDim>();
+  static_assert(sizeof(Element) == 2 && kPitch % 16 == 0);
+  __shared__ alignas(16) unsigned char stage[kBlockM * kPitch];
   const int tid = threadIdx.x;
   const int64_t head_linear = blockIdx.x;
   const int m = blockIdx.y;
@@ -91,13 +111,47 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
   // gives no KV tile was never written: it reads as the zero it would have held.
   const bool unwritten = first_store && num_kv_tiles_seen(sp, m) == 0;
   const int64_t head_offset = b * seq_q * row_stride + static_cast<int64_t>(h) * kHeadDim;
+  float4 v[kChunks];
   CUTE_UNROLL
-  for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
-    const float4 v = unwritten ? make_float4(0.f, 0.f, 0.f, 0.f) : tile[k * kThreads + tid];
-    const float vals[4] = {v.x, v.y, v.z, v.w};
+  for (int k = 0; k < kChunks; ++k) {
+    v[k] = unwritten ? make_float4(0.f, 0.f, 0.f, 0.f) : tile[k * kThreads + tid];
+  }
+  if (staged) {
+    CUTE_UNROLL
+    for (int k = 0; k < kChunks; ++k) {
+      const float vals[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+      CUTE_UNROLL
+      for (int i = 0; i < 4; i += 2) {
+        // Fragment values 2j, 2j + 1 are adjacent columns of one row (wgmma accumulator layout).
+        const int r = get<0>(tdQc(4 * k + i));
+        const int c = get<1>(tdQc(4 * k + i));
+        __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
+                                        static_cast<Element>(vals[i + 1] * scale)};
+        *reinterpret_cast<uint32_t*>(stage + r * kPitch + c * 2) =
+            *reinterpret_cast<const uint32_t*>(pair);
+      }
+    }
+    __syncthreads();
+    constexpr int kRowChunks = kHeadDim * 2 / 16;  // 16-byte chunks of one output row
+    static_assert(kBlockM * kRowChunks % kThreads == 0);
+    CUTE_UNROLL
+    for (int k = 0; k < kBlockM * kRowChunks / kThreads; ++k) {
+      const int x = k * kThreads + tid;
+      const int r = x / kRowChunks;
+      const int c = x % kRowChunks;
+      const int64_t row = static_cast<int64_t>(m) * kBlockM + r;
+      if (row < seq_q) {
+        *reinterpret_cast<uint4*>(static_cast<Element*>(dq) + head_offset + row * row_stride +
+                                  c * 8) = *reinterpret_cast<const uint4*>(stage + r * kPitch + c * 16);
+      }
+    }
+    return;
+  }
+  CUTE_UNROLL
+  for (int k = 0; k < kChunks; ++k) {
+    const float vals[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
     CUTE_UNROLL
     for (int i = 0; i < 4; i += 2) {
-      // Fragment values 2j, 2j + 1 are adjacent columns of one row (wgmma accumulator layout).
       const int64_t row = static_cast<int64_t>(m) * kBlockM + get<0>(tdQc(4 * k + i));
       const int col = get<1>(tdQc(4 * k + i));
       if (row < seq_q) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cute/config.hpp>  // CUTE_UNROLL
+
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/mask.cuh"
@@ -46,48 +48,83 @@ __device__ __forceinline__ void fill_unit_tables(const UnitTables& t, int64_t bl
   t.ticket[entry] = t.deterministic ? dq_ticket(t.sp, 0, m, n) : 0;
 }
 
-// One warp per (batch, head, padded row). Rows >= seq_q get dsum 0 and lse_log2 +inf, which makes
-// P = exp2(s - lse_log2) exactly 0 there; so does a row whose lse is -inf (it saw no key). The
-// last tables.blocks blocks fill the unit tables instead.
+// Rows of one warp: enough that a lane has 32 two-byte loads in flight (hd64: 8 rows, hd128: 4,
+// hd256: 2). One row a warp left a warp with a few hundred bytes in flight and made 65k tiny blocks:
+// 36-60% of DRAM peak on an H100 (benchmarks/results/perf-notes.md, thirteenth session).
+template <int kHeadDim>
+constexpr int preprocess_rows_per_warp() {
+  return kHeadDim >= 512 ? 1 : 512 / kHeadDim;
+}
+// Padded rows of one block of the preprocess.
+template <int kHeadDim>
+constexpr int preprocess_rows_per_block() {
+  return kPreprocessWarps * preprocess_rows_per_warp<kHeadDim>();
+}
+
+// One warp per preprocess_rows_per_warp consecutive (batch, head, padded row)s, which belong to one
+// head (rows_q is a multiple of every Q tile, and so of the rows a warp takes). Each row's
+// arithmetic is the one-row-a-warp kernel's, operation for operation: lane l sums o * do over the
+// columns l, l + 32, ... as an FMA chain from 0, then a fixed xor butterfly, so dsum has the same
+// bits; only the loads of all the warp's rows are issued before the first FMA. Rows >= seq_q get
+// dsum 0 and lse_log2 +inf, which makes P = exp2(s - lse_log2) exactly 0 there; so does a row whose
+// lse is -inf (it saw no key). The last tables.blocks blocks fill the unit tables instead.
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPreprocessWarps * 32)
     bwd_preprocess_kernel(const Element* __restrict__ out, const Element* __restrict__ dout,
                           const float* __restrict__ lse, float* __restrict__ dsum,
                           float* __restrict__ lse_log2, int64_t batch, int64_t seq_q,
                           int num_heads, int64_t rows_q, const UnitTables tables) {
+  constexpr int kRows = preprocess_rows_per_warp<kHeadDim>();
+  constexpr int kPerLane = kHeadDim / 32;  // columns of one row a lane sums
+  static_assert(kHeadDim % 32 == 0, "a row is whole warps of columns");
   const int lane = threadIdx.x % 32;
   const int64_t total_rows = batch * num_heads * rows_q;
-  const int64_t row_blocks = (total_rows + kPreprocessWarps - 1) / kPreprocessWarps;
+  const int64_t row_blocks = ceil_div(total_rows, preprocess_rows_per_block<kHeadDim>());
   if (static_cast<int64_t>(blockIdx.x) >= row_blocks) {
     fill_unit_tables(tables, static_cast<int64_t>(blockIdx.x) - row_blocks);
     return;
   }
-  const int64_t row_linear = static_cast<int64_t>(blockIdx.x) * kPreprocessWarps + threadIdx.x / 32;
-  if (row_linear >= total_rows) return;
-  const int64_t row = row_linear % rows_q;
-  const int64_t bh = row_linear / rows_q;
+  const int64_t first_row =
+      (static_cast<int64_t>(blockIdx.x) * kPreprocessWarps + threadIdx.x / 32) * kRows;
+  if (first_row >= total_rows) return;  // whole warps
+  const int64_t row0 = first_row % rows_q;  // the warp's rows: row0 .. row0 + kRows - 1 of head bh
+  const int64_t bh = first_row / rows_q;
   const int64_t b = bh / num_heads;
   const int h = static_cast<int>(bh % num_heads);
 
-  float acc = 0.f;
-  if (row < seq_q) {
-    const int64_t base = ((b * seq_q + row) * num_heads + h) * kHeadDim;
-#pragma unroll
-    for (int d = lane; d < kHeadDim; d += 32) {
-      acc += static_cast<float>(out[base + d]) * static_cast<float>(dout[base + d]);
+  float o[kRows][kPerLane];
+  float g[kRows][kPerLane];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const bool valid = row0 + r < seq_q;
+    const int64_t base = ((b * seq_q + row0 + r) * num_heads + h) * kHeadDim;
+    CUTE_UNROLL
+    for (int j = 0; j < kPerLane; ++j) {
+      o[r][j] = valid ? static_cast<float>(out[base + lane + 32 * j]) : 0.f;
+      g[r][j] = valid ? static_cast<float>(dout[base + lane + 32 * j]) : 0.f;
     }
   }
-  // Fixed butterfly order: the same bits every run.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-  if (lane == 0) {
-    dsum[row_linear] = acc;
+  float mine = 0.f;  // lane r < kRows: row r's sum
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    // A row past seq_q sums zeros: +0, as the one-row kernel's untouched accumulator.
+    float acc = 0.f;
+    CUTE_UNROLL
+    for (int j = 0; j < kPerLane; ++j) acc = fmaf(o[r][j], g[r][j], acc);
+    // Fixed butterfly order: the same bits every run.
+    CUTE_UNROLL
+    for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (lane == r) mine = acc;
+  }
+  if (lane < kRows) {
+    const int64_t row = row0 + lane;
+    dsum[first_row + lane] = mine;
     float l2 = INFINITY;
     if (row < seq_q) {
       const float l = lse[bh * seq_q + row];
       if (l != -INFINITY) l2 = l * kLog2e;
     }
-    lse_log2[row_linear] = l2;
+    lse_log2[first_row + lane] = l2;
   }
 }
 

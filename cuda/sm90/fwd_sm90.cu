@@ -914,7 +914,8 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim), ws otherwise; "ws":
+// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; with 128-row tiles,
+// ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise; "ws":
 // the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a mask
 // beyond causal runs "ws"'s masked kernel either way); "classic". All give the same bits, so the
 // choice by length changes no result.
@@ -925,6 +926,12 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 namespace {
 constexpr int64_t kPersistentMaxSeqKv = 4096;
 constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet
+// The default's 128-row tiles at head_dim 64 (ws-persistent-narrow), causal only. Kernel-only on
+// an H100 against the 192-row ws-persistent (round 13 call E, 3 rounds): causal 512 -4.1%, 1k
+// -6.5% (the 128-row causal tiles pair heavy with light; 192 rows cannot, 192 not being a
+// multiple of the 128-key tile), causal 2k +6.9%, 4k +5.8%, full 512 +4.8%, 1k +0.3%, 2k +9.0%
+// (two math warpgroups leave the tensor cores waiting on the 64-column softmax).
+constexpr int64_t kNarrowMaxSeqKv = 1024;
 enum class FwdKernel { kAuto, kWs, kWsPersistent, kWsPersistentNarrow, kClassic, kInvalid };
 FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
@@ -946,9 +953,13 @@ bool fwd_uses_warp_specialized() {
 }
 
 // The persistent kernel with 128-row query tiles at head_dim 64 (elsewhere the tile table's rows
-// are already at most 128, and ws-persistent-narrow runs ws-persistent).
+// are already at most 128, and ws-persistent-narrow runs ws-persistent): on request, and by
+// default for causal calls of at most kNarrowMaxSeqKv keys.
 bool fwd_uses_narrow(const AttentionParams& p) {
-  return requested_fwd_kernel() == FwdKernel::kWsPersistentNarrow && p.head_dim == 64;
+  const FwdKernel k = requested_fwd_kernel();
+  return p.head_dim == 64 &&
+         (k == FwdKernel::kWsPersistentNarrow ||
+          (k == FwdKernel::kAuto && p.is_causal && p.seq_kv <= kNarrowMaxSeqKv));
 }
 
 bool fwd_uses_persistent(const AttentionParams& p) {

@@ -16,7 +16,8 @@
 //                                  ids, soft cap; issue 13) against the fp64 reference
 //   JAX_DASH_SM90_BWD=ws-rs|ws-rs2|ws-rs-async|ws|classic  the backward main kernel (default
 //                                  ws-rs; launch.h)
-//   JAX_DASH_SM90_FWD=ws|ws-persistent|classic  the forward kernel (default: by length; launch.h)
+//   JAX_DASH_SM90_FWD=ws|ws-persistent|ws-persistent-narrow|classic  the forward kernel (default:
+//                                  by length; launch.h)
 //
 // Exit status: 0 all checks pass, 1 a check failed, 2 a CUDA error or bad arguments.
 // Built by CMake with the kernels (target jax_dash_sm90_check); scripts/sanitize.sh runs it.
@@ -656,12 +657,13 @@ int variants(const Case* cases, size_t n) {
     if (c.schedule == Schedule::kAtomic) continue;  // races: no bits to compare
     const Outputs f0 = run_with(c, "JAX_DASH_SM90_FWD", "classic"),
                   f1 = run_with(c, "JAX_DASH_SM90_FWD", "ws"),
-                  f2 = run_with(c, "JAX_DASH_SM90_FWD", "ws-persistent");
+                  f2 = run_with(c, "JAX_DASH_SM90_FWD", "ws-persistent"),
+                  f3 = run_with(c, "JAX_DASH_SM90_FWD", "ws-persistent-narrow");
     auto same_fwd = [&](const Outputs& a, const Outputs& b) {
       return a.out == b.out &&
              std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
     };
-    const bool fwd_same = same_fwd(f0, f1) && same_fwd(f0, f2);
+    const bool fwd_same = same_fwd(f0, f1) && same_fwd(f0, f2) && same_fwd(f0, f3);
     const Outputs b0 = run_with(c, "JAX_DASH_SM90_BWD", "ws"),
                   b1 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs"),
                   b2 = run_with(c, "JAX_DASH_SM90_BWD", "ws-rs2"),
@@ -670,7 +672,7 @@ int variants(const Case* cases, size_t n) {
                           b2.dq == b1.dq && b2.dk == b1.dk && b2.dv == b1.dv &&
                           b3.dq == b1.dq && b3.dk == b1.dk && b3.dv == b1.dv;
     std::printf("case %zu (Sq=%lld Skv=%lld D=%d %s %s): forward classic == ws == "
-                "ws-persistent: %s; "
+                "ws-persistent == ws-persistent-narrow: %s; "
                 "backward ws == ws-rs == ws-rs2 == ws-rs-async: %s\n",
                 i, static_cast<long long>(c.seq_q), static_cast<long long>(c.seq_kv), c.head_dim,
                 c.causal ? "causal" : "full", schedule_name(c.schedule),

@@ -434,7 +434,7 @@ std::string kernel_selection_error() {
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +
            "' names no forward kernel; leave it unset (the default picks ws-persistent or ws by "
-           "length) or use ws, ws-persistent or classic";
+           "length) or use ws, ws-persistent, ws-persistent-narrow or classic";
   }
   return std::string();
 }

@@ -200,16 +200,19 @@ constexpr int kEpilogueBarrier = 4;
 // after a tile's last S = Q K^T, so the producer loads the next tile's Q and first K/V while the
 // math finishes the tile (last P V, normalisation, epilogue stores). Per tile the arithmetic is
 // the one-tile kernel's: the same bits.
+// kNarrow: the unmasked kernel with kNarrowRows' 128-row query tiles (head_dim 64, whose tile
+// table says 192): JAX_DASH_SM90_FWD=ws-persistent-narrow. A row's arithmetic does not depend on
+// the query tile: the same bits.
 template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
-          bool kSegments = false>
+          bool kSegments = false, bool kNarrow = false>
 __global__ void __launch_bounds__(
-    FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>::kThreads, 1)
-    fwd_kernel(const __grid_constant__
-               FwdKernelParams<FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>> p) {
+    FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdKernelParams<
+               FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>> p) {
   static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
                                                  "warp-specialized kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -777,9 +780,10 @@ __global__ void __launch_bounds__(
   }
 }
 
-template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments>
+template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments,
+          bool kNarrow = false>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask, kPersistent>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
@@ -832,7 +836,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
 
-  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent, kSegments>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent, kSegments, kNarrow>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
@@ -897,13 +901,21 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
     return p.q_segment_ids != nullptr ? dispatch_fwd<true, true, false, true>(p, stream)
                                       : dispatch_fwd<true, true>(p, stream);
   }
+  if (fwd_uses_narrow(p)) {
+    using Bf16 = cutlass::bfloat16_t;
+    using Half = cutlass::half_t;
+    return p.dtype == DType::kBFloat16
+               ? launch_fwd<Bf16, 64, true, false, true, false, true>(p, stream)
+               : launch_fwd<Half, 64, true, false, true, false, true>(p, stream);
+  }
   if (fwd_uses_persistent(p)) return dispatch_fwd<true, false, true>(p, stream);
   return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)
                                      : dispatch_fwd<false, false>(p, stream);
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim), ws otherwise; "ws":
+// kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; with 128-row tiles,
+// ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise; "ws":
 // the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a mask
 // beyond causal runs "ws"'s masked kernel either way); "classic". All give the same bits, so the
 // choice by length changes no result.
@@ -914,12 +926,19 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 namespace {
 constexpr int64_t kPersistentMaxSeqKv = 4096;
 constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet
-enum class FwdKernel { kAuto, kWs, kWsPersistent, kClassic, kInvalid };
+// The default's 128-row tiles at head_dim 64 (ws-persistent-narrow), causal only. Kernel-only on
+// an H100 against the 192-row ws-persistent (round 13 call E, 3 rounds): causal 512 -4.1%, 1k
+// -6.5% (the 128-row causal tiles pair heavy with light; 192 rows cannot, 192 not being a
+// multiple of the 128-key tile), causal 2k +6.9%, 4k +5.8%, full 512 +4.8%, 1k +0.3%, 2k +9.0%
+// (two math warpgroups leave the tensor cores waiting on the 64-column softmax).
+constexpr int64_t kNarrowMaxSeqKv = 1024;
+enum class FwdKernel { kAuto, kWs, kWsPersistent, kWsPersistentNarrow, kClassic, kInvalid };
 FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
   if (v == nullptr || *v == '\0') return FwdKernel::kAuto;
   if (std::strcmp(v, "ws") == 0) return FwdKernel::kWs;
   if (std::strcmp(v, "ws-persistent") == 0) return FwdKernel::kWsPersistent;
+  if (std::strcmp(v, "ws-persistent-narrow") == 0) return FwdKernel::kWsPersistentNarrow;
   if (std::strcmp(v, "classic") == 0) return FwdKernel::kClassic;
   return FwdKernel::kInvalid;
 }
@@ -929,12 +948,23 @@ bool fwd_kernel_valid() { return requested_fwd_kernel() != FwdKernel::kInvalid; 
 
 bool fwd_uses_warp_specialized() {
   const FwdKernel k = requested_fwd_kernel();
-  return k == FwdKernel::kAuto || k == FwdKernel::kWs || k == FwdKernel::kWsPersistent;
+  return k == FwdKernel::kAuto || k == FwdKernel::kWs || k == FwdKernel::kWsPersistent ||
+         k == FwdKernel::kWsPersistentNarrow;
+}
+
+// The persistent kernel with 128-row query tiles at head_dim 64 (elsewhere the tile table's rows
+// are already at most 128, and ws-persistent-narrow runs ws-persistent): on request, and by
+// default for causal calls of at most kNarrowMaxSeqKv keys.
+bool fwd_uses_narrow(const AttentionParams& p) {
+  const FwdKernel k = requested_fwd_kernel();
+  return p.head_dim == 64 &&
+         (k == FwdKernel::kWsPersistentNarrow ||
+          (k == FwdKernel::kAuto && p.is_causal && p.seq_kv <= kNarrowMaxSeqKv));
 }
 
 bool fwd_uses_persistent(const AttentionParams& p) {
   const FwdKernel k = requested_fwd_kernel();
-  return k == FwdKernel::kWsPersistent ||
+  return k == FwdKernel::kWsPersistent || k == FwdKernel::kWsPersistentNarrow ||
          (k == FwdKernel::kAuto && p.seq_kv <= kPersistentMaxSeqKv &&
           p.head_dim <= kPersistentMaxHeadDim);
 }

@@ -27,6 +27,7 @@ std::string kernel_selection_error();
 bool fwd_kernel_valid();
 bool fwd_uses_warp_specialized();
 bool fwd_uses_persistent(const AttentionParams& p);  // this call runs ws-persistent
+bool fwd_uses_narrow(const AttentionParams& p);  // ... with 128-row tiles (head_dim 64)
 
 // Forward: fills p.out and p.lse. Never synchronizes; returns the first CUDA error.
 cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream);

@@ -443,7 +443,7 @@ int64_t expected_bwd_steps(const Case& c, const AttentionParams& p) {
 bool check_preprocess(const Case& c, const DeviceProblem& d, const std::vector<uint16_t>& out,
                       const std::vector<uint16_t>& dout, const std::vector<float>& lse) {
   const int64_t block_m = jax_dash::tile_config(c.head_dim).bwd_block_m;
-  const int64_t rows_q = (c.seq_q + block_m - 1) / block_m * block_m;
+  const int64_t rows_q = jax_dash::ceil_div(c.seq_q, block_m) * block_m;
   const size_t n = static_cast<size_t>(c.batch) * c.heads * rows_q;
   std::vector<float> dsum(n), lse_log2(n);
   CHECK_CUDA(cudaMemcpy(dsum.data(), d.wf.ptr + d.ws.dsum, n * sizeof(float),

@@ -367,8 +367,9 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
 
   if constexpr (Traits::kWarpSpecialized) {
     if (p.batch * p.seq_q * p.num_heads > 0) {
-      // 16-bit gradients leave through a shared-memory tile in 16-byte row chunks.
-      const bool staged = p.grad_dtype != DType::kFloat32 && !p.accumulate &&
+      // 16-bit gradients leave through a shared-memory tile in 16-byte row chunks (accumulate
+      // comes only with float32 gradients: ffi_common.h describe_accumulate).
+      const bool staged = p.grad_dtype != DType::kFloat32 &&
                           reinterpret_cast<uintptr_t>(p.dq) % 16 == 0;
       const dim3 blocks(static_cast<unsigned>(p.batch * p.num_heads),
                         static_cast<unsigned>(sp.num_q_tiles));

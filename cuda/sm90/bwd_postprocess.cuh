@@ -11,6 +11,7 @@
 #include <cute/tensor.hpp>
 
 #include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"  // pack_pair
 
 namespace jax_dash::sm90::bwd {
 
@@ -125,10 +126,9 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
         // Fragment values 2j, 2j + 1 are adjacent columns of one row (wgmma accumulator layout).
         const int r = get<0>(tdQc(4 * k + i));
         const int c = get<1>(tdQc(4 * k + i));
-        __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
-                                        static_cast<Element>(vals[i + 1] * scale)};
         *reinterpret_cast<uint32_t*>(stage + r * kPitch + c * 2) =
-            *reinterpret_cast<const uint32_t*>(pair);
+            pack_pair(static_cast<Element>(vals[i] * scale),
+                      static_cast<Element>(vals[i + 1] * scale));
       }
     }
     __syncthreads();
@@ -165,10 +165,9 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
           }
           *out = w;
         } else {
-          __align__(4) Element pair[2] = {static_cast<Element>(vals[i] * scale),
-                                          static_cast<Element>(vals[i + 1] * scale)};
           *reinterpret_cast<uint32_t*>(static_cast<Element*>(dq) + o) =
-              *reinterpret_cast<const uint32_t*>(pair);
+              pack_pair(static_cast<Element>(vals[i] * scale),
+                        static_cast<Element>(vals[i + 1] * scale));
         }
       }
     }

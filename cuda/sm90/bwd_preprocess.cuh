@@ -53,7 +53,8 @@ __device__ __forceinline__ void fill_unit_tables(const UnitTables& t, int64_t bl
 // 36-60% of DRAM peak on an H100 (benchmarks/results/perf-notes.md, thirteenth session).
 template <int kHeadDim>
 constexpr int preprocess_rows_per_warp() {
-  return kHeadDim >= 512 ? 1 : 512 / kHeadDim;
+  static_assert(512 % kHeadDim == 0, "head_dim 64, 128 or 256");
+  return 512 / kHeadDim;
 }
 // Padded rows of one block of the preprocess.
 template <int kHeadDim>

@@ -10,6 +10,7 @@
 #include "cuda/ffi_common.h"
 #include "cuda/params.h"
 #include "cuda/schedule_py.h"
+#include "cuda/segment_sum.h"
 #include "cuda/sm90/handlers.h"
 #include "nanobind/nanobind.h"
 #include "xla/ffi/api/ffi.h"
@@ -102,6 +103,24 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
   return ffi::Error::Success();
 }
 
+static ffi::Error SegmentSumCpuImpl(ffi::AnyBuffer data, ffi::Buffer<ffi::S32> sorted_ids,
+                                    ffi::Buffer<ffi::S32> order, bool has_order,
+                                    ffi::Result<ffi::AnyBuffer> out,
+                                    ffi::Result<ffi::Buffer<ffi::S32>> offsets) {
+  SegmentSumParams p;
+  if (ffi::Error e = describe_segment_sum(data, sorted_ids, order, has_order, *out, *offsets, &p);
+      e.failure())
+    return e;
+  try {
+    cpu::segment_sum(p);
+  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
+    return ffi::Error::InvalidArgument(std::string("jax_dash CPU segment_sum: ") + e.what());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_dash CPU segment_sum: ") + e.what());
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace jax_dash
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCpu, jax_dash::FwdCpuImpl,
@@ -156,6 +175,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()   // workspace_i32
 );
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCpu, jax_dash::SegmentSumCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // data [rows, row_size]
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // sorted_ids [rows]
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // order [rows] (or empty)
+                                  .Attr<bool>("has_order")        // order used
+                                  .Ret<ffi::AnyBuffer>()          // out [num_segments, row_size]
+                                  .Ret<ffi::Buffer<ffi::S32>>()   // offsets [num_segments + 1]
+);
+
 #ifndef JAX_DASH_WITH_CUDA
 // Built without nvcc: a GPU call fails with a message that says why, not "no handler".
 static ffi::Error CudaNotBuiltImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary) {
@@ -171,6 +200,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, CudaNotBuiltImpl,
                                   .Attrs<ffi::Dictionary>()      // any attributes
 );
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, CudaNotBuiltImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
+);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCuda, CudaNotBuiltImpl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()               // any operands
                                   .RemainingRets()               // any results
@@ -199,6 +234,10 @@ NB_MODULE(_jax_dash, m) {
     bwd["CUDA"] = encapsulate(JaxDashBwdCuda);
     targets["jax_dash_fwd"] = fwd;
     targets["jax_dash_bwd"] = bwd;
+    nb::dict segment_sum;
+    segment_sum["cpu"] = encapsulate(JaxDashSegmentSumCpu);
+    segment_sum["CUDA"] = encapsulate(JaxDashSegmentSumCuda);
+    targets["jax_dash_segment_sum"] = segment_sum;
     return targets;
   });
   m.def("built_with_cuda", []() {

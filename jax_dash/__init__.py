@@ -2,7 +2,8 @@
 
 from jax_dash import ring
 from jax_dash.attention import SCHEDULES, attention
+from jax_dash.embedding import embed, segment_sum
 from jax_dash.ring import ring_attention
 
-__all__ = ["attention", "ring_attention", "ring", "SCHEDULES"]
+__all__ = ["attention", "ring_attention", "ring", "SCHEDULES", "embed", "segment_sum"]
 __version__ = "0.1.0"

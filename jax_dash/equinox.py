@@ -183,3 +183,6 @@ class SelfAttention(eqx.Module):
                                  query_seq_lengths=seq_length, key_value_seq_lengths=seq_length,
                                  query_segment_ids=segment_ids, key_value_segment_ids=segment_ids)
         return jax.vmap(self.output_proj)(out.reshape(seq, self.num_heads * self.head_dim))
+
+
+from jax_dash._equinox_embed import Embedding  # noqa: E402  (after the Equinox import check)

@@ -281,3 +281,11 @@ attention_fn.__doc__ = (
     "Flax ``attention_fn`` running jax_dash: pattern from the call's ``is_causal`` or a concrete "
     "mask (see ``make_attention_fn`` and this module's docstring)."
 )
+
+
+def __getattr__(name):
+    # Embed subclasses flax.nnx.Embed, so it needs Flax: imported on first use only.
+    if name == "Embed":
+        from jax_dash._flax_embed import Embed
+        return Embed
+    raise AttributeError(f"module 'jax_dash.flax' has no attribute {name!r}")

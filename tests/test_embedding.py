@@ -219,3 +219,40 @@ def test_embed_shard_map_local_gradients():
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises((TypeError, ValueError), match=match):
         call()
+
+
+def test_flax_embed_is_a_drop_in_for_nnx_embed():
+    nnx = pytest.importorskip("flax.nnx")
+    from jax_dash.flax import Embed
+    ours, theirs = Embed(100, 8, rngs=nnx.Rngs(0)), nnx.Embed(100, 8, rngs=nnx.Rngs(0))
+    assert isinstance(ours, nnx.Embed)
+    np.testing.assert_array_equal(np.asarray(ours.embedding[...]),
+                                  np.asarray(theirs.embedding[...]))
+    ids = jnp.array([[1, 2, 3, 1], [99, 0, 1, 1]])
+    np.testing.assert_array_equal(np.asarray(ours(ids)), np.asarray(theirs(ids)))
+    grads = [nnx.grad(lambda m: jnp.sum(jnp.sin(m(ids))))(m) for m in (ours, theirs)]
+    np.testing.assert_array_equal(np.asarray(grads[0]["embedding"][...]),
+                                  np.asarray(grads[1]["embedding"][...]))
+    np.testing.assert_array_equal(np.asarray(ours.attend(jnp.ones((2, 8)))),
+                                  np.asarray(theirs.attend(jnp.ones((2, 8)))))
+    with pytest.raises(ValueError, match="integer"):
+        ours(jnp.ones((2,)))
+
+
+def test_equinox_embedding_is_a_drop_in():
+    eqx = pytest.importorskip("equinox")
+    from jax_dash.equinox import Embedding
+    key = jax.random.key(0)
+    ours, theirs = Embedding(50, 4, key=key), eqx.nn.Embedding(50, 4, key=key)
+    np.testing.assert_array_equal(np.asarray(ours.weight), np.asarray(theirs.weight))
+    ids = jnp.array([3, 3, 7, 1, 49])
+
+    def loss(m):
+        return jnp.sum(jnp.sin(jax.vmap(m)(ids)))
+
+    np.testing.assert_array_equal(np.asarray(jax.vmap(ours)(ids)),
+                                  np.asarray(jax.vmap(theirs)(ids)))
+    np.testing.assert_array_equal(np.asarray(eqx.filter_grad(loss)(ours).weight),
+                                  np.asarray(eqx.filter_grad(loss)(theirs).weight))
+    with pytest.raises(ValueError, match="scalar index"):
+        ours(ids)

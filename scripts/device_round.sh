@@ -1,42 +1,53 @@
 #!/usr/bin/env bash
-# One device call, in stages, each under its own time limit and all within DEADLINE seconds
-# (default 570) of the start; logs go to a scratch folder and come back as one tarball plus the
-# short text files under $OUT (the device tool returns at most 8 files).
+# The GPU-machine wrapper: one run on a Hopper machine, in stages, each under its own time limit and
+# all within DEADLINE seconds (default 570) of the start; logs go to a scratch folder and come back
+# as one tarball plus the short text files under $OUT.
 #   STAGES="build checks tests bench" JAX_DASH_GIT_COMMIT=<commit> bash scripts/device_round.sh
-# (name the commit in the command: the device machine's copy of .git was seen stale, and the
-# benchmark records JAX_DASH_GIT_COMMIT when it is set)
+# (name the commit: the benchmark records JAX_DASH_GIT_COMMIT when it is set, and a copied tree
+# may carry a stale .git)
 # Stages:
 #   build     pip wheel + install (the wheel and the standalone driver are copied to $OUT, so a
-#             later call can carry them back in a folder named by PREBUILT and skip the build)
-#   ws        scripts/device_ws.sh without its build (driver checks, synccheck, kernel timings)
-#   checks    the standalone driver: default kernels, classic kernels, the variants' bits, and
-#             the masked kernels' cases (driver mode "masks")
+#             later run can take them back in a folder named by PREBUILT and skip the build;
+#             maintainers/scripts/build_here.sh builds such a folder on a machine without a GPU)
+#   sass      count HGMMA (wgmma) instructions per kernel in the built extension (cuobjdump);
+#             fails if the forward kernel has none
+#   checks    the standalone driver (tests/sm90_check.cu): default kernels, classic kernels, the
+#             variants' bits, and the masked kernels' cases (driver mode "masks")
 #   sanitize  scripts/sanitize.sh over the driver (SAN_TOOLS, default all four; SAN_ENV e.g.
 #             "JAX_DASH_SM90_BWD=ws-rs2"); with "masks" in STAGES also memcheck, synccheck and
 #             initcheck over the masked cases
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
-#             per-SASS-instruction stall samples (source page as CSV, in the tarball)
+#             per-SASS-instruction stall samples (source page as CSV, in the tarball; summarise
+#             with maintainers/scripts/ncu_sass_hotspots.py)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
 #             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws";
-#             KBENCH_BWD e.g. "ws-rs ws-rs2": every shape once per backward kernel, in turn;
+#             KBENCH_BWD e.g. "classic ws ws-rs": every shape once per backward kernel, in turn;
 #             KBENCH_RUNS e.g. "JAX_DASH_SM90_BWD=ws-rs;JAX_DASH_SM90_FWD=ws-persistent": every
 #             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>;
 #             KBENCH_BASE=path/to/another/jax_dash_sm90_check: each shape timed with it too, right
 #             after, logs kbench_base_<shape>)
+#   ab        A/B of several standalone drivers (kernel variants built elsewhere): DRIVERS="name=path
+#             ..." and SHAPES="B S H Hkv D causal schedule;..." are required; each driver first runs
+#             its default and variants checks (AB_CHECKS=0 skips them), then every shape is timed
+#             with every driver in turn, AB_ROUNDS times (default 3; interleaved, so drift hits all
+#             alike), once per ';'-separated RUN_ENVS setting; AB_ITERS driver iterations (20).
+#             Prints the median forward and backward ms per (shape, setting, driver); raw rows in
+#             $OUT/ab_raw.txt
 #   probe     tests/racecheck_probe.cu under racecheck: race-free and with a planted race
-#   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended)
+#   tests     scripts/gpu_tests.sh (GPU_TEST_ARGS appended, e.g. "-k bwd")
 #   bench     benchmarks/bench_attention.py $BENCH_ARGS --out $SCRATCH/bench (results.md/json)
-#   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (issue 13's sliding-window and
-#             packed points; JSON to $OUT/mask_results.json)
-#   ring      benchmarks/bench_ring.py $RING_ARGS (issue 16: ring attention over every local GPU;
-#             on one GPU pass --devices 1 for a smoke run; JSON to $OUT/ring_results.json)
+#   memory    benchmarks/bench_attention.py --skip-timing --memory $MEMORY_ARGS, same --out
+#   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (the sliding-window and packed
+#             points; JSON to $OUT/mask_results.json)
+#   ring      benchmarks/bench_ring.py $RING_ARGS (ring attention over every local GPU; on one GPU
+#             pass --devices 1 for a smoke run; JSON to $OUT/ring_results.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULT=${OUT:-$PWD/device_out}
 SCRATCH=${SCRATCH:-/tmp/device_round}
 DEADLINE=${DEADLINE:-570}
-STAGES=${STAGES:-build ws tests}
+STAGES=${STAGES:-build checks tests}
 PY=${PYTHON:-python3}
 mkdir -p "$RESULT" "$SCRATCH"
 export PYTHONUNBUFFERED=1
@@ -66,8 +77,14 @@ elif has build; then
   d=$(driver); [[ -n "$d" ]] && cp "$d" "$RESULT/"
 fi
 D=$(driver)
-if has ws; then
-  stage ws 400 env OUT="$SCRATCH/ws" SKIP_BUILD=1 bash scripts/device_ws.sh
+if has sass; then
+  stage sass 60 bash -c 'so=$("$0" -c "import _jax_dash as m; print(m.__file__)") || exit 1
+    echo "extension: $so"; cuobjdump -sass "$so" >"$1/sass.txt" || exit 1
+    awk "/Function :/ {name=\$3} /HGMMA/ {h[name]++} /[^H]HMMA/ {m[name]++}
+      END {for (n in h) print \"HGMMA\", h[n], n; for (n in m) print \"HMMA(no wgmma)\", m[n], n}" \
+      "$1/sass.txt" | sort | tee "$1/sass_summary.txt"
+    grep -q "^HGMMA .*fwd_kernel" "$1/sass_summary.txt"' "$PY" "$SCRATCH"
+  rm -f "$SCRATCH/sass.txt"
 fi
 if has checks && [[ -n "$D" ]]; then
   stage check_default 90 "$D"
@@ -127,6 +144,55 @@ if has kbench && [[ -n "$D" ]]; then
     done
   done
 fi
+if has ab; then
+  read -r -a ab_drivers <<<"${DRIVERS:-}"
+  IFS=';' read -r -a ab_shapes <<<"${SHAPES:-}"
+  IFS=';' read -r -a ab_envs <<<"${RUN_ENVS:-}"
+  (( ${#ab_envs[@]} == 0 )) && ab_envs=("")
+  if (( ${#ab_drivers[@]} == 0 || ${#ab_shapes[@]} == 0 )); then
+    summary+=("ab: skipped (DRIVERS=\"name=path ...\" and SHAPES=\"B S H Hkv D causal schedule;...\" are required)")
+  else
+    for d in "${ab_drivers[@]}"; do chmod +x "${d#*=}" 2>/dev/null; done
+    if [[ ${AB_CHECKS:-1} != 0 ]]; then
+      for d in "${ab_drivers[@]}"; do
+        stage "ab_check_${d%%=*}" 120 "${d#*=}"
+        stage "ab_check_${d%%=*}_variants" 120 "${d#*=}" variants
+      done
+    fi
+    : >"$RESULT/ab_raw.txt"
+    for ((round = 0; round < ${AB_ROUNDS:-3}; ++round)); do
+      for shape in "${ab_shapes[@]}"; do
+        for e in "${!ab_envs[@]}"; do
+          for d in "${ab_drivers[@]}"; do
+            (( SECONDS > DEADLINE - 30 )) && { summary+=("ab: deadline, stopped in round $round"); break 4; }
+            line=$(timeout 60 env ${ab_envs[$e]} "${d#*=}" bench $shape "${AB_ITERS:-20}" 2>&1 | grep "^bench ")
+            fwd=$(sed -n 's/.*fwd \([0-9.]*\) ms.*/\1/p' <<<"$line")
+            bwd=$(sed -n 's/.*bwd \([0-9.]*\) ms.*/\1/p' <<<"$line")
+            echo "$shape|${ab_envs[$e]:-default}|${d%%=*}|${fwd:-nan}|${bwd:-nan}" >>"$RESULT/ab_raw.txt"
+          done
+        done
+      done
+    done
+    "$PY" - "$RESULT/ab_raw.txt" >"$RESULT/ab.txt" <<'PY'
+import sys, statistics, collections
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    shape, env, name, fwd, bwd = line.rstrip("\n").split("|")
+    rows.setdefault((shape, env), collections.OrderedDict()).setdefault(name, []).append(
+        (float(fwd), float(bwd)))
+print(f"{'shape':34} {'setting':28} {'driver':10} {'fwd ms':>8} {'vs 1st':>7} {'bwd ms':>8} {'vs 1st':>7}  n")
+for (shape, env), by_name in rows.items():
+    base = None
+    for name, samples in by_name.items():
+        fwd = statistics.median(s[0] for s in samples)
+        bwd = statistics.median(s[1] for s in samples)
+        if base is None:
+            base = (fwd, bwd)
+        print(f"{shape:34} {env[:28]:28} {name:10} {fwd:8.3f} {fwd / base[0]:7.3f} {bwd:8.3f} "
+              f"{bwd / base[1]:7.3f}  {len(samples)}")
+PY
+  fi
+fi
 if has tests; then
   stage tests 400 env OUT="$SCRATCH/gt" bash scripts/gpu_tests.sh 8 --timeout 120 ${GPU_TEST_ARGS:-}
   cp "$SCRATCH/gt/gpu_tests.log" "$RESULT/" 2>/dev/null
@@ -143,6 +209,12 @@ if has bench; then
   cp "$SCRATCH/bench/results.md" "$RESULT/bench_results.md" 2>/dev/null
   cp "$SCRATCH/bench/results.json" "$RESULT/bench_results.json" 2>/dev/null
 fi
+if has memory; then
+  stage memory 400 "$PY" benchmarks/bench_attention.py --skip-timing --memory ${MEMORY_ARGS:-} \
+    --no-plots --out "$SCRATCH/bench"
+  cp "$SCRATCH/bench/results.md" "$RESULT/bench_results.md" 2>/dev/null
+  cp "$SCRATCH/bench/results.json" "$RESULT/bench_results.json" 2>/dev/null
+fi
 if has maskbench; then
   stage maskbench 400 "$PY" benchmarks/bench_masks.py --cudnn ${MASKBENCH_ARGS:-} \
     --out "$SCRATCH/mask_results.json"
@@ -155,7 +227,8 @@ fi
 tar czf "$RESULT/logs.tgz" -C "$SCRATCH" --exclude=wheel . 2>/dev/null
 echo "==== device_round ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), git ${JAX_DASH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (device .git, may be stale)}) ===="
 printf '%s\n' "${summary[@]}"
-[[ -f "$SCRATCH/ws.log" ]] && sed -n '/device_ws summary/,$p' "$SCRATCH/ws.log" | grep -v "^  \|^trace" | head -n 40
+[[ -f "$SCRATCH/sass_summary.txt" ]] && head -n 20 "$SCRATCH/sass_summary.txt"
+[[ -f "$RESULT/ab.txt" ]] && cat "$RESULT/ab.txt"
 [[ -f "$SCRATCH/sanitize.log" ]] && cat "$SCRATCH/sanitize.log"
 for f in "$SCRATCH"/kbench_*.log; do
   [[ -f $f ]] && echo "$(basename "$f" .log | sed 's/^kbench_//; s/_[0-9].*//; s/^[0-9]*$/default/'): $(grep -h "^bench " "$f")"

@@ -8,6 +8,7 @@ ring's devices) runs once per element (``vmap_method="sequential"``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -137,24 +138,39 @@ def _pad_head_dim(x, width):
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, width - x.shape[-1])])
 
 
-def _at_hopper_head_dim(run, operands, pad, crop):
-    """``run(*operands)`` (a tuple of results); where the Hopper kernels lack the head_dim (that of
-    ``operands[0]``), on PAD_PLATFORMS with the operands at indices ``pad`` zero-padded along
-    head_dim to ``hopper_head_dim`` and the results at indices ``crop`` cut back to it."""
+# Branch pairs are cached per static key: eagerly, platform_dependent runs a ``cond`` whose compiled
+# form JAX caches by the identity of its branches, so new branch functions on every call would
+# compile (and keep) a new ``cond`` on every call. Bounded: windows and caps are user numbers.
+_BRANCH_CACHE_SIZE = 256
+
+
+def _at_hopper_head_dim(call, static, operands, pad, crop):
+    """``call(static, *operands)`` (a tuple of results); where the Hopper kernels lack the head_dim
+    (that of ``operands[0]``), on PAD_PLATFORMS with the operands at indices ``pad`` zero-padded
+    along head_dim to ``hopper_head_dim`` and the results at indices ``crop`` cut back to it.
+    ``call`` is a module-level function and ``static`` a hashable tuple: they key the branches."""
     head_dim = operands[0].shape[-1]
-    width = hopper_head_dim(head_dim)
-    if width == head_dim:
-        return tuple(run(*operands))
-
-    def native(*ops):
-        return tuple(run(*ops))
-
-    def padded(*ops):
-        results = run(*(_pad_head_dim(x, width) if i in pad else x for i, x in enumerate(ops)))
-        return tuple(r[..., :head_dim] if i in crop else r for i, r in enumerate(results))
-
+    native, padded = _head_dim_branches(call, static, head_dim, frozenset(pad), frozenset(crop))
+    if hopper_head_dim(head_dim) == head_dim:
+        return native(*operands)
     return jax.lax.platform_dependent(*operands, default=native,
                                       **{platform: padded for platform in PAD_PLATFORMS})
+
+
+@functools.lru_cache(maxsize=_BRANCH_CACHE_SIZE)
+def _head_dim_branches(call, static, head_dim, pad, crop):
+    """The (native, padded) branches of ``_at_hopper_head_dim`` for one static key."""
+    width = hopper_head_dim(head_dim)
+
+    def native(*ops):
+        return tuple(call(static, *ops))
+
+    def padded(*ops):
+        results = call(static, *(_pad_head_dim(x, width) if i in pad else x
+                                 for i, x in enumerate(ops)))
+        return tuple(r[..., :head_dim] if i in crop else r for i, r in enumerate(results))
+
+    return native, padded
 
 
 def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mask_arrays=None):
@@ -166,9 +182,13 @@ def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mas
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
     return _at_hopper_head_dim(
-        lambda q, k, v, scale, *mask_arrays: _fwd_call(q, k, v, scale, is_causal, mask,
-                                                       mask_arrays),
-        (q, k, v, jnp.asarray(scale, jnp.float32), *mask_arrays), pad={0, 1, 2}, crop={0})
+        _fwd_branch, (bool(is_causal), mask), (q, k, v, jnp.asarray(scale, jnp.float32),
+                                               *mask_arrays), pad={0, 1, 2}, crop={0})
+
+
+def _fwd_branch(static, q, k, v, scale, *mask_arrays):
+    is_causal, mask = static
+    return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
 
 
 def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays):
@@ -208,12 +228,16 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
     operands = (q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
     first_sum = len(operands) - 3
     return _at_hopper_head_dim(
-        lambda q, k, v, out, lse, dout, scale, *rest: _bwd_call(
-            q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask, rest[:-3],
-            rest[-3:], accumulate),
-        operands,
+        _bwd_branch, (bool(is_causal), schedule, bool(f32_grads), mask, accumulate), operands,
         pad={0, 1, 2, 3, 5} | ({first_sum, first_sum + 1, first_sum + 2} if accumulate else set()),
         crop={0, 1, 2})
+
+
+def _bwd_branch(static, q, k, v, out, lse, dout, scale, *rest):
+    """``_bwd_call`` with bwd_call's operand order: the mask arrays, then the three sums."""
+    is_causal, schedule, f32_grads, mask, accumulate = static
+    return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
+                     rest[:-3], rest[-3:], accumulate)
 
 
 def _check_sums(sums, q, k, v, f32_grads):

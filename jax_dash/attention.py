@@ -226,19 +226,30 @@ def _scale_cotangent(q, k, v, out, lse, dout, scale, dq, mask_arrays, is_causal,
     that quotient is 0 / 0, so there the backward runs once more on Q' = 0 * Q with scale 1, a
     problem with the same logits (all 0), hence the same out and lse: its dQ' is dLogits K
     itself and dL/dscale = <Q, dQ'>. ``lax.cond`` runs that second backward only when scale == 0."""
-    def inner(a, b):
-        return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
+    zero_scale = _zero_scale_cotangent(is_causal, static_mask, schedule)
+    return jax.lax.cond(scale != 0, _nonzero_scale_cotangent, zero_scale,
+                        q, k, v, out, lse, dout, scale, dq, *mask_arrays).astype(scale.dtype)
 
-    def nonzero_scale():
-        return inner(q, dq) / scale
 
-    def zero_scale():
+def _inner(a, b):
+    return jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
+
+
+def _nonzero_scale_cotangent(q, k, v, out, lse, dout, scale, dq, *mask_arrays):
+    return _inner(q, dq) / scale
+
+
+# The cond's branches take every operand and are cached per static key: eagerly, a cond with new
+# branch functions compiles (and keeps) a new program on every call.
+@functools.lru_cache(maxsize=64)  # keyed by (is_causal, static mask, schedule)
+def _zero_scale_cotangent(is_causal, static_mask, schedule):
+    def zero_scale(q, k, v, out, lse, dout, scale, dq, *mask_arrays):
         dq_unscaled, _, _ = _backward(jnp.zeros_like(q), k, v, out, lse, dout,
                                       jnp.ones_like(scale), mask_arrays, is_causal, static_mask,
                                       schedule)
-        return inner(q, dq_unscaled)
+        return _inner(q, dq_unscaled)
 
-    return jax.lax.cond(scale != 0, nonzero_scale, zero_scale).astype(scale.dtype)
+    return zero_scale
 
 
 def _auto_schedule(query, key, is_causal, window=None, segment_ids=False):

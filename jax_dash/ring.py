@@ -65,19 +65,17 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
     Returns:
       This device's block of the output, shaped and typed like ``query``.
     """
+    return _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout,
+                           _ACCUMULATE)
+
+
+def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout, accumulate):
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
     _check_dtypes(query, key, value)
-    scale = _check_scale(scale, query.shape[-1],
-                         allowed="a Python number (ring_attention takes no traced scale)")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal must be a Python bool, got {is_causal!r} "
-                        f"(type {type(is_causal).__name__})")
-    if not isinstance(schedule, str) or schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+    scale = _check_scale(scale, query.shape[-1], allowed=_SCALE_ALLOWED)
+    _check_options(is_causal, schedule, layout)
     axis_name = _check_axis_name(axis_name)
     axis_size = _bound_axis_size(axis_name)
     _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
@@ -92,9 +90,23 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
         schedule = _auto_schedule(
             jax.ShapeDtypeStruct(_global_shape(query.shape, axis_size), query.dtype),
             jax.ShapeDtypeStruct(_global_shape(key.shape, axis_size), key.dtype), bool(is_causal))
-    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, _ACCUMULATE)
+    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, accumulate)
     out = _ring(query, key, value, float(scale), config)
     return out[0] if unbatched else out
+
+
+_SCALE_ALLOWED = "a Python number (ring_attention takes no traced scale)"
+
+
+def _check_options(is_causal, schedule, layout):
+    """The static options of ``ring_attention`` (TypeError / ValueError naming the argument)."""
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a Python bool, got {is_causal!r} "
+                        f"(type {type(is_causal).__name__})")
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
 
 
 # Whether the backward's kernels add each block pair's gradients into the float32 sums in place
@@ -202,16 +214,22 @@ def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal, sums=None
     ``sums`` (float32, shaped like q, k, v) the sums plus them, added by the kernels in place. A
     per-platform schedule choice runs the branch of the platform the computation lowers for."""
     schedule = _schedule_for(config, q, k, is_causal)
-
-    def call(name):
-        return lambda *args: _ffi.bwd_call(*args[:7], is_causal, name, f32_grads=True,
-                                           sums=args[7:] or None)
-
     args = (q, k, v, out, lse, dout, scale) + (tuple(sums) if sums is not None else ())
     if isinstance(schedule, str):
-        return call(schedule)(*args)
-    branches = {platform: call(name) for platform, name in schedule}
+        return _block_backward_call(is_causal, schedule)(*args)
+    branches = {platform: _block_backward_call(is_causal, name) for platform, name in schedule}
     return jax.lax.platform_dependent(*args, **branches)
+
+
+@functools.lru_cache(maxsize=64)  # keyed by (is_causal, schedule name)
+def _block_backward_call(is_causal, schedule):
+    """``_ffi.bwd_call`` of a block pair as a function of its operands (the sums last, if any);
+    one function per key, so that ``platform_dependent`` sees the same branches every call."""
+    def call(*args):
+        return _ffi.bwd_call(*args[:7], is_causal, schedule, f32_grads=True,
+                             sums=args[7:] or None)
+
+    return call
 
 
 def merge(out_acc, lse_acc, out_block, lse_block):
@@ -504,6 +522,16 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
             raise ValueError(f"{name} must be [batch, seq, heads, head_dim] with seq a multiple of "
                              f"ring_size={ring_size}, got shape {tuple(jnp.shape(x))}")
 
+    scale = _check_scale(scale, allowed=_SCALE_ALLOWED)
+    _check_options(is_causal, schedule, layout)
+    return _simulated(query, key, value, ring_size, bool(is_causal), scale, schedule, layout,
+                      _ACCUMULATE)
+
+
+# Jitted with the static options as its key: eagerly, the ring's conditionals and the sequentially
+# vmapped kernel calls would otherwise compile (and keep) new programs on every call.
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8))
+def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout, accumulate):
     def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
         batch, seq = x.shape[:2]
         blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])
@@ -514,8 +542,8 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
         return x.reshape((x.shape[0], x.shape[1] * x.shape[2]) + x.shape[3:])
 
     def device(q, k, v):
-        return ring_attention(q, k, v, axis_name=_SIMULATED_AXIS, is_causal=is_causal,
-                              scale=scale, schedule=schedule, layout=layout)
+        return _ring_attention(q, k, v, _SIMULATED_AXIS, is_causal, scale, schedule, layout,
+                               accumulate)
 
     blocks = jax.vmap(device, axis_name=_SIMULATED_AXIS)(split(query), split(key), split(value))
     return join(blocks)

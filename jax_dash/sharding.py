@@ -153,8 +153,15 @@ def _vmapped_call(op, axis_size, in_batched, args):
     if in_batched[-1]:
         stacked = [x if batched else jnp.broadcast_to(x[None], (axis_size,) + x.shape)
                    for x, batched in zip(args, in_batched)]
-        return tuple(jax.lax.map(lambda xs: op(*xs), stacked))
+        return _map_elements(op, stacked)
     return _unfold(axis_size, op(*_fold_vmapped(axis_size, in_batched, args)))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _map_elements(op, stacked):
+    """``op`` on one element after another (``lax.map``), jitted: eagerly, ``lax.map`` compiles a
+    new program on every call (jax 0.10), a jitted one once per op and shapes."""
+    return tuple(jax.lax.map(lambda xs: op(*xs), stacked))
 
 
 def _with_default_mask(op, num_tensor_args):

@@ -3,9 +3,10 @@
 // many threads there are).
 //
 // Thread count: JAX_DASH_CPU_THREADS when set (an integer in [1, kMaxCpuThreads]; anything else is
-// an error naming the variable), else the CPUs this process may use: its CPU affinity mask, capped
-// by a cgroup v2 CPU quota (cpu.max) where there is one. The calling thread always works too, so a
-// count of n uses n - 1 pool workers.
+// an error naming the variable), else the CPUs this process may use: on Linux its CPU affinity
+// mask, capped by a cgroup v2 CPU quota (cpu.max) where there is one; elsewhere (macOS, which has
+// neither) std::thread::hardware_concurrency(). The calling thread always works too, so a count of
+// n uses n - 1 pool workers.
 //
 // The pool lives with the process: workers are created on first need (never per call) and wait
 // for work between calls. A worker that cannot be created (a process, thread or address-space
@@ -15,8 +16,16 @@
 // waits for an idle worker.
 #pragma once
 
-#include <pthread.h>
-#include <sched.h>
+// JAX_DASH_PORTABLE_THREAD_COUNT forces the non-Linux path on Linux too, so that it can be
+// compiled and tested where there is no macOS (g++ -fsyntax-only -DJAX_DASH_PORTABLE_THREAD_COUNT).
+#if defined(__linux__) && !defined(JAX_DASH_PORTABLE_THREAD_COUNT)
+#define JAX_DASH_LINUX_THREAD_COUNT 1
+#endif
+
+#include <pthread.h>  // pthread_atfork: POSIX (Linux and macOS)
+#ifdef JAX_DASH_LINUX_THREAD_COUNT
+#include <sched.h>  // sched_getaffinity, cpu_set_t: Linux only
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +50,7 @@ constexpr int kMaxCpuThreads = 1024;
 
 namespace detail {
 
+#ifdef JAX_DASH_LINUX_THREAD_COUNT
 // CPUs allowed by a cgroup v2 quota ("<quota> <period>" in cpu.max; "max" = none): 0 if none.
 inline int cgroup_cpu_limit() {
   std::string group;  // "0::/some/path" in /proc/self/cgroup names this process's cgroup v2
@@ -74,6 +84,14 @@ inline int default_thread_count() {
   if (const int quota = cgroup_cpu_limit(); quota > 0) count = std::min(count, quota);
   return std::min(count, kMaxCpuThreads);
 }
+#else
+// No affinity mask or cgroups to read (macOS): the CPUs the system reports.
+inline int default_thread_count() {
+  int count = static_cast<int>(std::thread::hardware_concurrency());
+  if (count <= 0) count = 1;
+  return std::min(count, kMaxCpuThreads);
+}
+#endif
 
 }  // namespace detail
 

@@ -9,9 +9,11 @@ breaks that promise across the upgrade, so the version number says when it happe
   changes bits: what 0.2.x computed, any other 0.2.x computes to the bit (same inputs, GPU model
   or CPU, schedule and kernel choice). While MAJOR is 0, a MINOR step may also change the API.
 - ``BITS_VERSION`` numbers the forward's and the backward's bits separately, as
-  docs/determinism.md does; a field goes up when its kernels' arithmetic changes. It is not a hash
-  of the bits: within one bits version, the bits still depend on the schedule and the kernel
-  choice (and, for ``shift``/``symmetric_shift``, the wave width), as docs/determinism.md lists.
+  docs/determinism.md does; a field goes up when what its pass computes for some call changes:
+  its kernels' arithmetic, or the schedule or kernel a default picks (``schedule="auto"``). It is
+  not a hash of the bits: within one bits version, the bits still depend on the schedule and the
+  kernel choice (and, for ``shift``/``symmetric_shift``, the wave width), as docs/determinism.md
+  lists. CHANGELOG.md marks every change of bits.
 
 This file is the single source of the version: pyproject.toml's metadata reads ``__version__``
 from it (scikit-build-core's regex provider), so ``importlib.metadata.version("jax_dash")`` of an
@@ -37,7 +39,8 @@ class BitsVersion(NamedTuple):
 #   than version 1 (a zero or negative scale, or a soft cap, keeps the version-1 arithmetic).
 #   jax_dash 0.1.0 carried both forward versions under one version number.
 # backward 1: docs/determinism.md numbers no backward version; 1 names the backward bits of 0.2.0
-#   (per-head wave slices; the classic and the warp-specialized kernels' two families, chosen by
-#   JAX_DASH_SM90_BWD and seq_q). Earlier backward changes (the per-head slices of shift and
-#   symmetric_shift) predate the numbering.
+#   (on the GPU two families: the warp-specialized kernels', the default, and the classic kernel's,
+#   chosen by JAX_DASH_SM90_BWD and seq_q). The backward bits changes within 0.1.0 (CHANGELOG.md:
+#   per-head waves 2026-11-22, the warp-specialized default 2026-11-23, auto's schedules
+#   2026-11-23/24) predate the numbering.
 BITS_VERSION = BitsVersion(forward=2, backward=1)

@@ -28,6 +28,7 @@ SCHEDULE_IDS = {
     "symmetric_shift": 3,
     "atomic": 4,
 }
+_SCHEDULE_NAMES = {schedule_id: name for name, schedule_id in SCHEDULE_IDS.items()}
 
 for _target, _platforms in _ext.registrations().items():
     for _platform, _capsule in _platforms.items():
@@ -61,6 +62,16 @@ def _result_type(shape, dtype, like):
 def tile_config(head_dim: int) -> tuple[int, int, int, int]:
     """(fwd_block_m, fwd_block_n, bwd_block_m, bwd_block_n) from ``cuda/tiles.h``."""
     return tuple(_ext.tile_config(int(head_dim)))
+
+
+def schedule_summary(schedule: str, seq_q: int, seq_kv: int, block_m: int, block_n: int,
+                     is_causal: bool, wave: int, window=None) -> tuple[str, int]:
+    """(the schedule ``cuda/schedule.h`` runs for ``schedule`` after its fallbacks, work items per
+    head) of one head, from its closed form: O(1), no tables built."""
+    left, right = window if window is not None else (-1, -1)
+    effective, items_per_head = _ext.schedule_summary(
+        SCHEDULE_IDS[schedule], seq_q, seq_kv, block_m, block_n, bool(is_causal), wave, left, right)
+    return _SCHEDULE_NAMES[effective], items_per_head
 
 
 def _varying_axes(x):

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 
 import jax_dash
-from jax_dash.attention import _check_soft_cap, _check_window
+from jax_dash._args import _check_soft_cap, _check_window
 
 __all__ = ["SelfAttention", "multihead_attention", "single_head_attention"]
 

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_dash
-from jax_dash.attention import _check_soft_cap, _check_window, validate_scale
+from jax_dash._args import _check_soft_cap, _check_window, validate_scale
 
 __all__ = ["attention_fn", "make_attention_fn"]
 

@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_dash import _ffi
-from jax_dash.attention import (SCHEDULES, _as_array, _auto_schedule, _check_dtypes, _check_scale,
-                                _check_shapes)
+from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dtypes, _check_scale,
+                            _check_shapes)
 
 LAYOUTS = ("contiguous", "zigzag")
 
@@ -125,6 +125,12 @@ class RingConfig:
     schedule: str | tuple  # a name, or ((platform, name), ...): "auto" chose per platform
     layout: str
     accumulate: bool = True  # the backward adds into the sums in place (_ACCUMULATE)
+
+    @classmethod
+    def contiguous(cls, axis_name, axis_size: int, is_causal: bool, schedule) -> "RingConfig":
+        """The ring the jit path runs over a sequence sharded on ``axis_name`` (``sharding.py``'s
+        partitioning rule): contiguous layout, accumulating as ``ring_attention`` does."""
+        return cls(axis_name, axis_size, bool(is_causal), schedule, "contiguous", _ACCUMULATE)
 
 
 def _global_shape(block_shape, axis_size):
@@ -512,7 +518,8 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
     code (block kernels, merges, transfers, summation order) under ``jax.vmap`` with a named axis
     in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
     ``[batch, seq, heads, head_dim]`` (already in the layout's token order, as ``shard_map`` would
-    get them); differentiable. For testing the ring's pieces on one GPU and for small CPU runs."""
+    get them); differentiable; jitted (one compile per shapes and options, eager or not). For
+    testing the ring's pieces on one GPU and for small CPU runs."""
     if isinstance(ring_size, bool) or not isinstance(ring_size, (int, np.integer)) \
             or ring_size < 1:
         raise ValueError(f"ring_size must be a positive int, got {ring_size!r}")

@@ -1,4 +1,5 @@
-"""The backward schedules as a DAG, a simulator over it, ``choose_schedule`` and a CLI.
+"""The backward schedules as a DAG, a simulator over it and a CLI; ``choose_schedule``, the rule
+``schedule="auto"`` runs, comes from ``jax_dash._args`` (the run path never imports this module).
 
 Every fact about a schedule (work items, Q-tile visit orders, dQ tickets, GQA dK/dV tickets,
 fallbacks) comes from ``cuda/schedule.h`` through the extension; this module only turns those tables
@@ -38,11 +39,10 @@ import sys
 import numpy as np
 
 import _jax_dash as _ext
-from jax_dash._ffi import SCHEDULE_IDS
+# The rule "auto" runs lives on the run path (jax_dash._args), which never imports this module.
+from jax_dash._args import AUTO_CANDIDATES, SCHEDULE_IDS, choose_schedule
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_IDS.items()}
-# Schedules "auto" chooses from (see choose_schedule for the rule and why).
-AUTO_CANDIDATES = ("symmetric_shift", "shift", "descending")
 
 _DQ, _DKV = 0, 1  # node kinds
 
@@ -708,64 +708,6 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
             g = int(previous[g])
             s = int(dag.length[g]) - 1
     return path
-
-
-# ---- choosing a schedule ------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1024)
-def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
-                    wave: int, window: tuple[int, int] | None = None,
-                    segment_ids: bool = False) -> str:
-    """The schedule ``schedule="auto"`` runs: a function of ONE head's problem and the nominal
-    wave width (the GPU model's resident backward CTAs), never of the batch size, the number of
-    heads or how the call is sharded, so that auto's bits are as batch- and sharding-invariant as
-    every schedule's (a sharded run sees fewer heads; a vmapped one a larger batch).
-
-    ``segment_ids``: whether the call passes segment ids (packed rows). That they are given is a
-    static property of the call, like the window; their values (the data) are never looked at.
-
-    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
-    window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
-    given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
-    head is one slice (Nkv <= wave) and no segment ids are given; otherwise ``descending`` (so a
-    sliding window that cuts tiles gets ``descending``, which visits each KV tile's band from its
-    bottom). Why:
-
-    * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
-      64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
-      simulator agrees in steady state (many heads). Where a head spans several slices (Nkv / 2 >
-      wave) the simulator shows it losing (a slice waits for the previous slice's short columns
-      on every tile), so auto keeps it to one slice per head, which also gives the same bits on
-      every GPU with at least Nkv / 2 resident CTAs.
-    * segment ids: the Hopper backward leaves the tile pairs no query can see out of its visit
-      order, so on packed rows most of a KV tile's band is gone and symmetric_shift's pairing of
-      a long and a short column no longer balances anything: measured on an H100 (16k tokens,
-      documents of mean 2k, hd128, causal; benchmarks/results/perf-notes.md, fifth session call
-      2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
-    * full mask: shift where it runs as itself and a head is one slice (Nkv <= wave), else
-      descending. With descending every KV tile of a head starts on the same Q tile and the
-      contributors of a tile queue on its ticket chain; shift starts each on another tile. The
-      pipeline model (simulate_pipeline) puts descending's tax over atomic at +8..21% at 2k-4k and
-      shift's at 0, as the H100 grid of 2026-11-23 measured for descending (+9..20%).
-
-    The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
-    head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
-    """
-    p = make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv, head_dim=head_dim,
-                     is_causal=is_causal, wave=wave, window=window)
-    if p.is_causal and not segment_ids:
-        effective, items_per_head = _ext.schedule_summary(
-            _schedule_id("symmetric_shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, True, p.wave,
-            *_window_args(p))
-        if SCHEDULE_NAMES[effective] == "symmetric_shift" and items_per_head <= p.wave:
-            return "symmetric_shift"
-    if not p.is_causal and not segment_ids:
-        effective, items_per_head = _ext.schedule_summary(
-            _schedule_id("shift"), p.seq_q, p.seq_kv, p.block_m, p.block_n, False, p.wave,
-            *_window_args(p))
-        if SCHEDULE_NAMES[effective] == "shift" and items_per_head <= p.wave:
-            return "shift"
-    return "descending"
 
 
 # ---- the warp-specialized pipeline (timing model) ------------------------------------------------

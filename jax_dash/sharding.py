@@ -31,7 +31,7 @@ import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jax_dash import _ffi
+from jax_dash import _ffi, ring
 
 # Shardy rules. b: batch, s/t: query/key sequence, h/k: query/kv heads, d: head_dim. The four
 # mask operands follow q, k, v (and out, lse, dout): q_seq_lengths, kv_seq_lengths [b],
@@ -115,9 +115,7 @@ def _ring_config(mesh, seq_axes, is_causal, schedule):
     """The ring over the sequence's mesh axes, or None where the sequence is not sharded."""
     if seq_axes is None:
         return None
-    from jax_dash import ring  # ring imports the op's validation, which imports this module
-    return ring.RingConfig(seq_axes, _axes_size(mesh, seq_axes), is_causal, schedule, "contiguous",
-                           ring._ACCUMULATE)
+    return ring.RingConfig.contiguous(seq_axes, _axes_size(mesh, seq_axes), is_causal, schedule)
 
 
 def _replicated(mesh):
@@ -200,7 +198,6 @@ def forward_op(is_causal: bool, mask: _ffi.StaticMask = _ffi.NO_MASK):
         def lower(q, k, v, *rest):
             *mask_arrays, scale = rest
             if ring_config is not None:  # no mask beyond is_causal (_plan)
-                from jax_dash import ring
                 return ring.ring_forward(q, k, v, scale, ring_config)
             return _ffi.fwd_call(q, k, v, scale, is_causal, mask=mask, mask_arrays=mask_arrays)
 
@@ -248,7 +245,6 @@ def backward_op(is_causal: bool, schedule: str, mask: _ffi.StaticMask = _ffi.NO_
         def lower(q, k, v, out, lse_, dout, *rest):
             *mask_arrays, scale = rest
             if ring_config is not None:  # no mask beyond is_causal (_plan)
-                from jax_dash import ring
                 return ring.ring_backward(q, k, v, out, lse_, dout, scale, ring_config)
             return _ffi.bwd_call(q, k, v, out, lse_, dout, scale, is_causal, schedule, mask=mask,
                                  mask_arrays=mask_arrays)

@@ -1,7 +1,6 @@
 """``schedule="auto"`` reads the device the computation runs on (not the default device): that of
 concrete inputs, or, for traced inputs, the platform the computation is lowered for."""
 
-import importlib
 import re
 
 import jax
@@ -13,7 +12,7 @@ import jax_dash
 
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels: conftest.py
 
-attention_module = importlib.import_module("jax_dash.attention")  # the module, not the op
+from jax_dash import _args
 
 # Causal, seq 1024, head_dim 64: Nkv = 8 tiles, 4 symmetric_shift items per head. A wave of 132
 # holds a head (symmetric_shift); a wave of 1 does not (descending).
@@ -29,22 +28,22 @@ def _grads(schedule):
 
 def test_concrete_inputs_choose_by_their_own_device(monkeypatch):
     # Stand-in for two GPU models: device 3 has a wave of 1, every other device 132.
-    monkeypatch.setattr(attention_module, "_device_wave", lambda d: 1 if d.id == 3 else 132)
+    monkeypatch.setattr(_args, "_device_wave", lambda d: 1 if d.id == 3 else 132)
     cpus = jax.devices("cpu")
     q = jnp.zeros(SHAPE, jnp.float32)
     on_3, on_0 = jax.device_put(q, cpus[3]), jax.device_put(q, cpus[0])
     with jax.default_device(cpus[0]):
-        assert attention_module._auto_schedule(on_3, on_3, True) == "descending"
+        assert _args._auto_schedule(on_3, on_3, True) == "descending"
     with jax.default_device(cpus[3]):
-        assert attention_module._auto_schedule(on_0, on_0, True) == "symmetric_shift"
+        assert _args._auto_schedule(on_0, on_0, True) == "symmetric_shift"
 
 
 def test_traced_inputs_choose_by_the_platform_they_lower_for(monkeypatch):
     # A GPU whose wave would choose differently: the choice is left to lowering, and a CPU
     # lowering runs the CPU's choice (the cuda branch is not even emitted).
-    monkeypatch.setattr(attention_module, "_gpu_wave", lambda: 1)
+    monkeypatch.setattr(_args, "_gpu_wave", lambda: 1)
     spec = jax.ShapeDtypeStruct(SHAPE, jnp.float32)
-    assert attention_module._auto_schedule(spec, spec, True) == (
+    assert _args._auto_schedule(spec, spec, True) == (
         ("cpu", "symmetric_shift"), ("cuda", "descending"))
     auto, q = _grads("auto")
     assert re.findall(r"schedule = \d+", auto.lower(q).as_text()) == ["schedule = 3"]
@@ -55,7 +54,7 @@ def test_traced_inputs_choose_by_the_platform_they_lower_for(monkeypatch):
 
 
 def test_without_a_gpu_backend_the_traced_choice_is_the_cpus():
-    if attention_module._gpu_wave() is not None:
+    if _args._gpu_wave() is not None:
         pytest.skip("this process has a CUDA backend")
     spec = jax.ShapeDtypeStruct(SHAPE, jnp.float32)
-    assert attention_module._auto_schedule(spec, spec, True) == "symmetric_shift"
+    assert _args._auto_schedule(spec, spec, True) == "symmetric_shift"

@@ -160,6 +160,47 @@ def _gpu_wave():
 
 # ---- validation ---------------------------------------------------------------------------------
 
+# Keywords Flax passes to an attention_fn, which jax_dash.attention (jax.nn's signature) lacks.
+_FLAX_KEYWORDS = ("dropout_rng", "dropout_rate", "broadcast_dropout", "deterministic", "dtype",
+                  "precision", "module", "promote_dtype", "force_fp32_for_softmax",
+                  "einsum_dot_general", "qk_attn_weights_einsum", "attn_weights_value_einsum")
+
+
+def _check_unexpected_keywords(keywords, function="attention"):
+    """Keywords ``function`` does not take: Python's TypeError, which for Flax's attention_fn
+    keywords points to the Flax adapter."""
+    if not keywords:
+        return
+    flax = [name for name in keywords if name in _FLAX_KEYWORDS]
+    if flax:
+        raise TypeError(
+            f"jax_dash.{function} got Flax's attention_fn keyword(s) {', '.join(flax)}: it has "
+            "the signature of jax.nn.dot_product_attention, not of a Flax attention_fn. Give "
+            "Flax the adapter instead: attention_fn=jax_dash.flax.make_attention_fn(...) (e.g. "
+            "make_attention_fn(is_causal=True)), or jax_dash.flax.attention_fn")
+    raise TypeError(f"{function}() got an unexpected keyword argument {next(iter(keywords))!r}")
+
+
+def _check_dense(bias, mask):
+    """``bias`` and ``mask`` must be None: the kernels take structured masks only."""
+    for dense, name, plural in ((bias, "bias", "biases"), (mask, "mask", "masks")):
+        if dense is not None:
+            raise ValueError(
+                f"{name} is not supported by jax_dash.attention (got {_describe(dense)}): dense "
+                f"{plural} are not implemented; express the mask with is_causal, "
+                "local_window_size, query_seq_lengths/key_value_seq_lengths or "
+                "query_segment_ids/key_value_segment_ids, or use jax.nn.dot_product_attention")
+
+
+def _check_implementation(implementation):
+    """jax.nn's ``implementation`` picks a backend; jax_dash is one: only None is accepted."""
+    if implementation is not None:
+        raise ValueError(
+            "jax_dash.attention is its own implementation (Hopper kernels on GPU, C++ kernels on "
+            f"CPU); implementation must be None, got {implementation!r} (for jax.nn's 'xla' or "
+            "'cudnn', call jax.nn.dot_product_attention)")
+
+
 def _as_array(x, name):
     """JAX arrays (and tracers) as they are; anything else through ``jnp.asarray`` as jax.nn does
     (NumPy float64 becomes float32 unless x64 is on, as under jit)."""

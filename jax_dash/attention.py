@@ -9,15 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_dash import _ffi, sharding
-from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dtypes, _check_lengths,
-                            _check_segment_ids, _check_shapes, _check_soft_cap, _check_window,
-                            _describe, _scale_operand)
+from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dense, _check_dtypes,
+                            _check_implementation, _check_lengths, _check_segment_ids,
+                            _check_shapes, _check_soft_cap, _check_unexpected_keywords,
+                            _check_window, _scale_operand)
 
 
 def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
               query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
               query_segment_ids=None, key_value_segment_ids=None, logits_soft_cap=None,
-              schedule="auto"):
+              schedule="auto", implementation=None, return_residual=False, **unexpected):
     """Scaled dot-product attention with a bitwise-reproducible backward pass.
 
     A drop-in for ``jax.nn.dot_product_attention``: the arguments it shares mean the same.
@@ -53,6 +54,12 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
         ``"descending"``, ``"shift"``, ``"symmetric_shift"`` give bitwise-reproducible gradients;
         ``"atomic"`` is faster-racing and not reproducible (a reference for the cost of
         determinism). Every schedule computes the same function up to rounding.
+      implementation: ``None`` only (``jax.nn``'s choice of backend; jax_dash is its own: a
+        ``ValueError`` says so for any other value).
+      return_residual: also return the softmax log-sum-exp, as ``jax.nn`` does (see Returns).
+
+    Flax's ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ``dtype``, ...) raise a
+    ``TypeError`` pointing to ``jax_dash.flax.make_attention_fn``, the adapter that takes them.
 
     Every mask combines with every other (a key is seen only if all allow it). Lengths and
     segment ids are runtime arrays (traced under jit, batched under vmap, sharded with the
@@ -60,7 +67,12 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     no key outputs 0 and gets zero gradient.
 
     Returns:
-      Array with the shape and dtype of ``query``.
+      Array with the shape and dtype of ``query``. With ``return_residual=True``, ``(output,
+      residual)`` as in ``jax.nn``: ``residual`` is ``[batch, seq_q, num_heads]`` (``[seq_q,
+      num_heads]`` without a batch axis) in the dtype of ``query``, per query and head the natural
+      log of the sum over visible keys of ``exp(logit)``, where ``logit`` is ``scale * q.k`` (soft
+      capped if asked); no gradient flows through it (``jax.nn`` stops it too). A query that sees
+      no key gets ``-inf`` (``jax.nn``'s XLA path gives a large negative number there).
 
     dtypes: bfloat16 and float16 on GPU (Hopper; head_dim up to 256: 64, 128 and 256 natively,
     another multiple of 8 zero-padded to the next of them; every mask argument); the CPU kernels
@@ -73,13 +85,12 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     mode under ``jit`` gets JAX's own "can't apply forward-mode autodiff (jvp) to a custom_vjp
     function", raised while lowering).
     """
-    for dense, name in ((bias, "bias"), (mask, "mask")):
-        if dense is not None:
-            raise ValueError(
-                f"{name} is not supported by jax_dash.attention (got "
-                f"{_describe(dense)}): dense {name}es are not implemented; express the mask with "
-                "is_causal, local_window_size, query_seq_lengths/key_value_seq_lengths or "
-                "query_segment_ids/key_value_segment_ids, or use jax.nn.dot_product_attention")
+    _check_unexpected_keywords(unexpected)
+    _check_dense(bias, mask)
+    _check_implementation(implementation)
+    if not isinstance(return_residual, (bool, np.bool_)):
+        raise TypeError(f"return_residual must be a Python bool, got {return_residual!r} "
+                        f"(type {type(return_residual).__name__})")
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
@@ -126,13 +137,19 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     query, key, value, scale, *mask_arrays = _ffi._unify_varying(
         query, key, value, scale, q_lengths, kv_lengths, q_segments, kv_segments)
     try:
-        out = _attention(query, key, value, scale, *mask_arrays, bool(is_causal), static_mask,
-                         schedule, scale_is_traced)
+        out, lse = _attention(query, key, value, scale, *mask_arrays, bool(is_causal),
+                              static_mask, schedule, scale_is_traced)
     except TypeError as exc:  # JAX's own words for forward mode on a custom_vjp (eager)
         if "forward-mode autodiff (jvp) to a custom_vjp" not in str(exc):
             raise
         raise TypeError(_FIRST_ORDER_ONLY) from exc
-    return out[0] if unbatched else out
+    if unbatched:
+        out, lse = out[0], lse[0]
+    if not return_residual:
+        return out
+    # The kernels' lse is [..., H, Sq] float32 in natural log of the scaled logits, jax.nn's
+    # residual [..., Sq, H] in the inputs' dtype: the same quantity, transposed and rounded.
+    return out, jax.lax.stop_gradient(jnp.swapaxes(lse, -1, -2).astype(out.dtype))
 
 
 _FIRST_ORDER_ONLY = (
@@ -144,23 +161,24 @@ _FIRST_ORDER_ONLY = (
 
 # Operands: q, k, v, the 0-d scale, then the four int32 mask arrays (q_lengths, kv_lengths,
 # q_segments, kv_segments); static: is_causal, the StaticMask, the schedule, scale_is_traced.
+# Returns (out, lse); lse is jax.nn's residual, through which no gradient flows.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
 def _attention(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
                static_mask, schedule, scale_is_traced):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    out, _ = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
-    return out
+    return _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
 
 
 def _attention_fwd(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
                    static_mask, schedule, scale_is_traced):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
     out, lse = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
-    return out, (q, k, v, scale, mask_arrays, out, lse)
+    return (out, lse), (q, k, v, scale, mask_arrays, out, lse)
 
 
-def _attention_bwd(is_causal, static_mask, schedule, scale_is_traced, residuals, dout):
+def _attention_bwd(is_causal, static_mask, schedule, scale_is_traced, residuals, cotangents):
     q, k, v, scale, mask_arrays, out, lse = residuals
+    dout, _ = cotangents  # the lse's is zero: attention() stops its gradient
     dout = dout.astype(out.dtype)
     masking = (mask_arrays, is_causal, static_mask, schedule)
     dq, dk, dv = _backward(q, k, v, out, lse, dout, scale, *masking)

@@ -29,7 +29,8 @@ error instead of being dropped:
     reduction over the mask plus a host callback) and trusts the declaration.
 
   The fastest and simplest choice is to pass no mask at all and declare ``is_causal=True``.
-  Autoregressive decoding (``decode=True``) is not supported: its cache mask is neither pattern.
+  Autoregressive decoding (``decode=True``) is not supported: one query against the key cache,
+  whose mask covers the keys filled so far, raises a ``ValueError`` saying so.
 * ``precision`` and ``force_fp32_for_softmax`` are accepted and have no effect: jax_dash always
   accumulates in float32 and computes the softmax in float32.
 
@@ -113,11 +114,30 @@ def _pattern_of_concrete_mask(mask, seq_q: int, seq_kv: int, window=None) -> boo
     )
 
 
+_DECODING = ("decoding (decode=True) is not supported by jax_dash's attention_fn; use "
+             "jax.nn.dot_product_attention for decoding")
+
+
+def _decoding_error(seq_kv: int) -> ValueError:
+    return ValueError(f"{_DECODING} (got one query against {seq_kv} keys with a mask: the key "
+                      "cache and its mask of the keys filled so far, as decode=True builds them)")
+
+
+def _is_cache_mask(mask, seq_kv: int) -> bool:
+    """Whether every row of a concrete mask keeps a prefix of the keys (key j iff j < n for the
+    row's n), not all of them, as Flax's decode=True mask keeps the keys cached so far."""
+    values = np.asarray(mask).astype(bool)
+    rows = np.broadcast_to(values, values.shape[:-1] + (seq_kv,)).reshape(-1, seq_kv)
+    lengths = rows.sum(axis=1, keepdims=True)
+    return np.array_equal(rows, np.arange(seq_kv) < lengths) and bool((lengths < seq_kv).any())
+
+
 def _verify_traced_mask(mask, is_causal: bool, seq_q: int, seq_kv: int, window=None) -> None:
     """Checks on the device, at run time, that a traced mask is the declared pattern."""
     expected = jnp.asarray(_allowed_pattern(is_causal, seq_q, seq_kv, window))
     matches = jnp.all(jnp.asarray(mask).astype(bool) == expected)
     pattern = _pattern_name(is_causal, window)
+    decoding = f" If this is Flax's decode=True: {_DECODING}." if seq_q == 1 < seq_kv else ""
 
     def raise_if_mismatch(ok):
         if not bool(ok):
@@ -125,7 +145,7 @@ def _verify_traced_mask(mask, is_causal: bool, seq_q: int, seq_kv: int, window=N
                 f"mask does not match the declared pattern {pattern}: jax_dash computes "
                 f"is_causal={is_causal} attention and cannot apply other masks. Pass "
                 "is_causal matching your mask, or use jax.nn.dot_product_attention for "
-                "general masks."
+                f"general masks.{decoding}"
             )
 
     jax.debug.callback(raise_if_mismatch, matches)
@@ -241,7 +261,12 @@ def make_attention_fn(
         causal = declared_causal if declared_causal is not None else (True if is_causal else None)
         if mask is not None:
             _check_mask_shape(mask, batch_dims + (num_heads, seq_q, seq_kv))
+            # Flax's decode=True calls with one query against the whole key cache and a mask of
+            # the keys filled so far (at the first step that is also the one-query causal mask).
+            decoding_shape = seq_q == 1 < seq_kv
             if not _is_traced(mask):
+                if decoding_shape and _is_cache_mask(mask, seq_kv):
+                    raise _decoding_error(seq_kv)
                 mask_causal = _pattern_of_concrete_mask(mask, seq_q, seq_kv, window)
                 # A pattern that is both (every query sees all its keys) agrees with either.
                 both = np.array_equal(_allowed_pattern(True, seq_q, seq_kv, window),
@@ -252,6 +277,9 @@ def make_attention_fn(
                         f"is_causal={causal} was declared"
                     )
                 causal = mask_causal if causal is None else causal
+            elif decoding_shape and causal is not False:
+                # Undeclared, or declared causal, which with one query would mean "key 0 only".
+                raise _decoding_error(seq_kv)
             elif causal is None:
                 raise ValueError(
                     "mask is a traced array (under jit its values are unknown while tracing), "

@@ -320,17 +320,16 @@ def test_flax_doc_examples_run():
         exec(compile(code, "docs/flax_equinox.md", "exec"), {})
 
 
-def test_nnx_decoding_is_refused_at_run_time():
-    # The KV-cache mask lets the new query see all cached keys: not causal (top-left), so the
-    # declared-pattern check must stop it instead of computing the wrong attention.
+def test_nnx_decoding_is_refused_while_tracing():
+    # The KV-cache mask lets the new query see all cached keys: not causal (top-left), so
+    # decoding is refused, by name, before anything runs (tests/test_dropin.py: every path).
     mha = nnx.MultiHeadAttention(2, 16, decode=True, rngs=nnx.Rngs(0),
                                  attention_fn=jdf.make_attention_fn(is_causal=True))
     mha.init_cache((1, 8, 16))
     step = nnx.jit(lambda m, x: m(x))
     token = jnp.ones((1, 1, 16))
-    jax.block_until_ready(step(mha, token))  # position 0 sees key 0 only: that is causal
-    with pytest.raises(Exception, match="does not match the declared pattern"):
-        jax.block_until_ready(step(mha, token))
+    with pytest.raises(ValueError, match=r"decoding \(decode=True\) is not supported"):
+        step(mha, token)
 
 
 @pytest.mark.parametrize("is_causal", [False, True])

@@ -10,10 +10,11 @@ Two layers wrap each raw call (``_ffi.fwd_call`` / ``_ffi.bwd_call``):
   otherwise heads are gathered. A query sharded along the sequence runs as a ring
   (``jax_dash.ring``, contiguous layout) over the query's sequence mesh axes: key/value blocks
   travel with ``collective-permute``, nothing is all-gathered. The ring needs both sequences to
-  divide evenly over those axes (and, causal, equal lengths) and, for now, CPU devices (the Hopper
-  backward does not write the float32 block gradients yet) and no mask beyond ``is_causal``;
-  otherwise the sequence is gathered (replicated) before the call, which is exact too. head_dim is
-  always replicated.
+  divide evenly over those axes (and, causal, equal lengths), devices whose kernels' float32 block
+  gradients have been verified (``_ffi.F32_GRADS_PLATFORMS``: the CPU kernels and the Hopper
+  kernels, checked on an H100 by tests/test_gpu_ring.py) and, for now, no mask beyond
+  ``is_causal``; otherwise the sequence is gathered (replicated) before the call, which is exact
+  too. head_dim is always replicated.
 
 The mask operands (lengths ``[B]`` and segment ids ``[B, Sq]`` / ``[B, Sk]``, int32) ride along:
 vmap folds them into the batch like the rest, and they shard with the batch (their sequence axis
@@ -85,8 +86,9 @@ def _plan(mesh, q_shape, k_shape, q_sharding, is_causal, mask):
 
 
 def _ring_runs_on(mesh) -> bool:
-    """Whether the ring's backward (float32 block gradients) exists on the mesh's devices; where it
-    does not yet (the Hopper kernels), a sharded sequence is gathered as before."""
+    """Whether the ring's backward (float32 block gradients) is verified on the mesh's devices
+    (``_ffi.F32_GRADS_PLATFORMS``); elsewhere (an abstract mesh, another platform) a sharded
+    sequence is gathered instead."""
     try:
         device = np.asarray(mesh.devices).flat[0]
     except (AttributeError, IndexError, TypeError, ValueError):  # an abstract mesh: no devices

@@ -3,9 +3,8 @@
 //   1. offsets: one thread per segment boundary, a binary search in the sorted ids;
 //   2. sums: one item per (segment, 16-byte column chunk), four items per thread; an item adds the
 //      segment's rows in order into float32 registers and writes the chunk once. An empty segment
-//      writes zeros,
-//      so the kernel also does the output's zero fill: the bytes moved are one read of the rows
-//      and one write of the output.
+//      writes zeros, so the kernel also does the output's zero fill: the bytes moved are one read
+//      of the rows and one write of the output.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

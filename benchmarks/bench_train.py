@@ -156,6 +156,9 @@ def train(spec: dict) -> dict:
         params = init(jax.random.key(spec["seed"]))
         return params, jax.jit(optimizer.init)(params)
 
+    leaf_paths = [jax.tree_util.keystr(path) for path, _ in
+                  jax.tree_util.tree_leaves_with_path(jax.eval_shape(fresh_state)[0])]
+
     start = time.perf_counter()
     compiled = step.lower(*jax.eval_shape(fresh_state), batches[0]).compile()
     out["compile_s"] = time.perf_counter() - start
@@ -175,6 +178,11 @@ def train(spec: dict) -> dict:
 
     first, losses, times = run("timed run" if spec["mode"] == "full" else "second process")
     out.update(final_hash=params_digest(first), losses=losses, losses_finite=bool(np.all(np.isfinite(losses))))
+    # Per parameter, so that a cross-process difference names the parameters it reached.
+    out["leaf_hashes"] = {path: params_digest([leaf]) for path, leaf in zip(leaf_paths, first)}
+    if spec.get("autotune_dump") and os.path.exists(spec["autotune_dump"]):
+        with open(spec["autotune_dump"], "rb") as f:
+            out["autotune_digest"] = hashlib.sha256(f.read()).hexdigest()
     if spec["mode"] == "hash":
         return out
     timed = times[spec["warmup"]:]
@@ -269,15 +277,28 @@ def measure_row(config: str, seq: int, opts, deadline: float) -> dict:
             note = f"skipped: --time-budget {opts.time_budget:.0f} s spent"
             return dict(row, status=note) if mode == "full" else dict(row, cross_process_note=note)
         print(f"{config} seq {seq} batch {row['batch']} ({mode}) ...", file=sys.stderr, flush=True)
-        record = run_child(dict(spec, mode=mode), child_env(recipe), min(opts.child_timeout, remaining))
+        # XLA's autotuner times kernels in each process and may choose differently: each process
+        # dumps its choices (a dump only; it changes nothing), compared below.
+        dump = os.path.join(tempfile.gettempdir(), f"bench_train_autotune_{os.getpid()}_{config}_{seq}_{mode}.txt")
+        if os.path.exists(dump):
+            os.remove(dump)
+        env = child_env(recipe)
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_gpu_dump_autotune_results_to={dump}".strip()
+        record = run_child(dict(spec, mode=mode, autotune_dump=dump), env, min(opts.child_timeout, remaining))
         if mode == "full":
             row.update(status=record["status"], **record.get("result", {}))
             if record["status"] != "ok":
                 return row
         else:
-            second = record.get("result", {}).get("final_hash")
+            result = record.get("result", {})
+            second = result.get("final_hash")
             row["cross_process"] = (second == row["final_hash"]) if second else None
             row["cross_process_note"] = None if second else record["status"]
+            theirs = result.get("leaf_hashes", {})
+            row["cross_process_differing"] = [path for path, digest in row.get("leaf_hashes", {}).items()
+                                              if path in theirs and theirs[path] != digest]
+            first_dump, second_dump = row.get("autotune_digest"), result.get("autotune_digest")
+            row["autotune_identical"] = (first_dump == second_dump) if first_dump and second_dump else None
     return row
 
 
@@ -318,6 +339,12 @@ def table_lines(data: dict) -> list[str]:
                 else "ok; the repeat's losses agree, its parameters differ"
         if r.get("cross_process_note"):
             status += f"; second process: {r['cross_process_note']}"
+        if r.get("cross_process") is False:
+            leaves = r.get("cross_process_differing") or []
+            status += f"; across processes {len(leaves)} parameters differ"
+        if r.get("autotune_identical") is not None:
+            status += ("; XLA autotuning " + ("same" if r["autotune_identical"] else "differed")
+                       + " in the two processes")
         lines.append(
             f"| {r['config']} | {r['seq']} | {r['batch']} | {_fmt(t and t * 1e3, '.1f')} | "
             f"{_fmt(ratio, '.3f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "

@@ -100,9 +100,9 @@ def _check_head_problem(seq_q, seq_kv, head_dim, wave, window):
 
 
 def _auto_schedule(query, key, is_causal, window=None, segment_ids=False):
-    """The schedule for ``schedule="auto"``: ``choose_schedule`` of one head's
-    problem (seq_q, seq_kv, head_dim, causal + window band, whether segment ids are given) and the
-    nominal wave of the device the computation runs on. Batch size, head count and the data
+    """The schedule for ``schedule="auto"``: ``choose_schedule`` of one head's problem (seq_q,
+    seq_kv, head_dim, causal + window band, whether segment ids are given) and the nominal wave
+    of the device the computation runs on. Batch size, head count and the data
     (lengths, the segment ids' values) are deliberately not passed: under vmap, sharding or a
     different batch the same sequence must get the same schedule, hence the same bits.
 
@@ -112,8 +112,8 @@ def _auto_schedule(query, key, is_causal, window=None, segment_ids=False):
     or ``((platform, name), ...)`` where the platforms' choices differ."""
     def choose(wave):
         return choose_schedule(seq_q=query.shape[-3], seq_kv=key.shape[-3],
-                                         head_dim=query.shape[-1], is_causal=is_causal, wave=wave,
-                                         window=window, segment_ids=segment_ids)
+                               head_dim=query.shape[-1], is_causal=is_causal, wave=wave,
+                               window=window, segment_ids=segment_ids)
 
     device = _device_of(query, key)
     if device is not None:

@@ -10,6 +10,7 @@ compile event; memory is the resident set of this process.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 
 import jax
@@ -134,6 +135,13 @@ def _eager_paths():
 @pytest.mark.parametrize("path", list(_eager_paths()))
 def test_other_eager_paths_compile_once(path):
     assert _compiles_after_warm_up(_eager_paths()[path], 4) == 0
+
+
+@pytest.mark.parametrize("cached", [
+    _ffi._head_dim_branches, importlib.import_module("jax_dash.attention")._zero_scale_cotangent,
+    ring._block_backward_call], ids=lambda f: f.__name__)
+def test_the_branch_caches_are_bounded(cached):
+    assert cached.cache_info().maxsize is not None
 
 
 def test_new_shapes_and_static_arguments_do_compile():

@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 
 import jax_dash
-from jax_dash import _ffi, ring
+from jax_dash import _args, _ffi, ring
+from helpers import hopper_devices
+
+pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels but for the gpu test (conftest.py)
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _WARM_UP_CALLS = 3
@@ -67,30 +70,48 @@ def _compiles_after_warm_up(call, calls):
     return len(compiles)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc/self/statm")
-@pytest.mark.parametrize("head_dim", [32, 96, 64])  # padded on the GPU (32, 96) and native (64)
-def test_eager_calls_and_grads_compile_once_and_keep_nothing(head_dim):
-    q, k, v = _inputs(head_dim)
-
+def _check_eager_calls_and_grads(q, k, v, rounds=100):
+    """``rounds`` eager calls and grads after warm-up: no compile, little memory."""
     def forward():
         return jax_dash.attention(q, k, v, is_causal=True)
 
     def grad():
-        return jax.grad(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True).sum(),
-                        argnums=(0, 1, 2))(q, k, v)
+        return jax.grad(lambda q, k, v: jax_dash.attention(q, k, v, is_causal=True)
+                        .astype(jnp.float32).sum(), argnums=(0, 1, 2))(q, k, v)
 
     for call in (forward, grad):
         for _ in range(_WARM_UP_CALLS):
             jax.block_until_ready(call())
     before = _rss_bytes()
     with _counting_compiles() as compiles:
-        for _ in range(100):
+        for _ in range(rounds):
             jax.block_until_ready(forward())
             jax.block_until_ready(grad())
     grown = _rss_bytes() - before
     assert len(compiles) == 0 and grown < _RSS_GROWTH_LIMIT, (
-        f"100 eager calls and grads compiled {len(compiles)} times and grew the process by "
+        f"{rounds} eager calls and grads compiled {len(compiles)} times and grew the process by "
         f"{grown / 2**20:.1f} MiB")
+
+
+_READS_STATM = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
+                                  reason="reads /proc/self/statm")
+
+
+@_READS_STATM
+@pytest.mark.parametrize("head_dim", [32, 96, 64])  # padded on the GPU (32, 96) and native (64)
+def test_eager_calls_and_grads_compile_once_and_keep_nothing(head_dim):
+    _check_eager_calls_and_grads(*_inputs(head_dim))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hopper_devices(), reason="needs a CUDA GPU of compute capability 9.0")
+@_READS_STATM
+@pytest.mark.parametrize("head_dim", [32, 96, 64])
+def test_eager_gpu_calls_and_grads_compile_once_and_keep_nothing(head_dim):
+    """On the Hopper kernels, where 32 and 96 take platform_dependent's padded branch."""
+    q, k, v = (x.astype(jnp.bfloat16) for x in _inputs(head_dim))
+    assert q.devices() == {hopper_devices()[0]}
+    _check_eager_calls_and_grads(q, k, v, rounds=50)
 
 
 def test_the_padded_branch_compiles_once(monkeypatch):
@@ -135,6 +156,20 @@ def _eager_paths():
 @pytest.mark.parametrize("path", list(_eager_paths()))
 def test_other_eager_paths_compile_once(path):
     assert _compiles_after_warm_up(_eager_paths()[path], 4) == 0
+
+
+def test_a_per_platform_schedule_choice_compiles_once(monkeypatch):
+    """Traced inputs (an eager grad's) where auto chooses differently per platform: the backward
+    is a platform_dependent of the two schedules' ops (here a GPU of wave 1 is pretended)."""
+    monkeypatch.setattr(_args, "_gpu_wave", lambda: 1)
+    q = jax.random.normal(jax.random.PRNGKey(1), (1, 1024, 1, 64), jnp.float32)
+    assert isinstance(_args._auto_schedule(jax.ShapeDtypeStruct(q.shape, q.dtype),
+                                           jax.ShapeDtypeStruct(q.shape, q.dtype), True), tuple)
+
+    def grad():
+        return jax.grad(lambda q: jax_dash.attention(q, q, q, is_causal=True).sum())(q)
+
+    assert _compiles_after_warm_up(grad, 4) == 0
 
 
 @pytest.mark.parametrize("cached", [

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jax_dash
+from helpers import hopper_devices
 
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (conftest.py)
 
@@ -72,6 +73,20 @@ def test_residual_has_the_inputs_dtype_and_jax_nns_values(dtype):
     # Both round the float32 log-sum-exp to the dtype; the logits differ by float32 rounding.
     np.testing.assert_allclose(np.asarray(residual, np.float32),
                                np.asarray(nn_residual, np.float32), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not hopper_devices(), reason="needs a CUDA GPU of compute capability 9.0")
+@pytest.mark.parametrize("head_dim", [64, 96])  # native and zero-padded on the Hopper kernels
+def test_residual_on_the_gpu_is_jax_nns(head_dim):
+    q, k, v = _qkv((2, 256, 4, 2, head_dim), dtype=jnp.bfloat16)
+    out, residual = jax_dash.attention(q, k, v, is_causal=True, return_residual=True)
+    _, nn_residual = jax.nn.dot_product_attention(q, k, v, is_causal=True, return_residual=True,
+                                                  implementation="xla")
+    assert residual.shape == q.shape[:-1] and residual.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(residual, np.float32),
+                               np.asarray(nn_residual, np.float32), rtol=1e-2, atol=1e-2)
+    np.testing.assert_array_equal(out, jax_dash.attention(q, k, v, is_causal=True))
 
 
 def test_residual_without_a_batch_axis():

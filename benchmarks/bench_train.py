@@ -339,9 +339,8 @@ def table_lines(data: dict) -> list[str]:
                 else "ok; the repeat's losses agree, its parameters differ"
         if r.get("cross_process_note"):
             status += f"; second process: {r['cross_process_note']}"
-        if r.get("cross_process") is False:
-            leaves = r.get("cross_process_differing") or []
-            status += f"; across processes {len(leaves)} parameters differ"
+        if r.get("cross_process") is False and "cross_process_differing" in r:
+            status += f"; across processes {len(r['cross_process_differing'])} parameters differ"
         if r.get("autotune_identical") is not None:
             status += ("; XLA autotuning " + ("same" if r["autotune_identical"] else "differed")
                        + " in the two processes")

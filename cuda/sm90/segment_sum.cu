@@ -30,7 +30,7 @@ constexpr int kRowsInFlight = 8;
 // every item's offsets and first row loaded up front (105 registers, 2 blocks per SM) took
 // bf16 0.603 -> 0.662 ms and float32 0.953 -> 0.835 ms at 32768 x 4096 -> 128256 rows; it lost
 // on bf16, the embedding-gradient case, and was not kept
-// (benchmarks/results/2026-11-26-h100-embedding/NOTES.md, call 4).
+// (benchmarks/results/2026-11-26-h200-embedding/NOTES.md, call 4).
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond this
 constexpr int kChunkBytes = 16;
 

@@ -16,8 +16,13 @@ cuDNN's attention (``jax.nn.dot_product_attention(implementation="cudnn")``), wh
 with atomics, so its two runs usually differ. On a CPU there is no such contrast: XLA's CPU
 attention is reproducible too. ``--attention cudnn``/``xla`` run one implementation alone.
 
-Every other source of run-to-run noise on a GPU is avoided: the embedding and the loss use one-hot
-matmuls instead of gathers, whose gradients would be scatter-adds with atomics.
+The rest of the step is reproducible too: the token embedding is ``jax_dash.flax.Embed`` (a
+drop-in for ``nnx.Embed`` whose gradient sums in a fixed order, where a gather's gradient is a
+scatter-add with atomics on a GPU), and the loss takes its labels with ``take_along_axis`` (one
+label per row: no two updates meet). Before training, the demo runs ``jax_dash.check_determinism``
+on its training step (the GPU program, from its lowering, and the runs on this machine) and
+prints what it found. ``--vocab`` sets the embedding's rows (at least the corpus's characters), to
+see the cost of a real vocabulary.
 """
 from __future__ import annotations
 
@@ -73,6 +78,7 @@ class DemoConfig:
     attention: str = "jax_dash"
     schedule: str = "auto"
     seed: int = 0
+    vocab: int | None = None  # embedding rows; None: the corpus's characters
 
     def __post_init__(self):
         for name in ("steps", "seq", "layers", "heads", "head_dim", "batch"):
@@ -87,6 +93,9 @@ class DemoConfig:
             raise ValueError(f"dtype={self.dtype!r} must be one of {DTYPE_CHOICES}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r} must be a non-negative integer")
+        if self.vocab is not None and (not isinstance(self.vocab, int)
+                                       or isinstance(self.vocab, bool) or self.vocab < 1):
+            raise ValueError(f"vocab={self.vocab!r} must be a positive integer")
 
     @property
     def d_model(self) -> int:
@@ -110,7 +119,8 @@ def default_config(backend: str | None = None, **overrides) -> DemoConfig:
 
 # ----------------------------------------------------------------------------------------------
 # Model: a Flax NNX pre-LayerNorm decoder (learned positions, tied embeddings) whose multi-head
-# attention runs jax_dash through its Flax adapter, trained with an optax AdamW.
+# attention runs jax_dash through its Flax adapter and whose token embedding is
+# jax_dash.flax.Embed, trained with an optax AdamW.
 
 
 def _flax_modules():
@@ -182,23 +192,24 @@ def build_model(cfg: DemoConfig, vocab_size: int):
             h = jax.nn.gelu(self.mlp_in(self.ln2(x)))
             return x + self.mlp_out(h).astype(jnp.float32)
 
+    from jax_dash.flax import Embed
+
     class CharTransformer(nnx.Module):
         def __init__(self, rngs):
-            self.embed = nnx.Param(init(rngs.params(), (vocab_size, d), jnp.float32))
+            self.embed = Embed(vocab_size, d, dtype=compute, param_dtype=jnp.float32,
+                               embedding_init=init, rngs=rngs)
             self.pos = nnx.Param(init(rngs.params(), (cfg.seq, d), jnp.float32))
             self.blocks = nnx.Sequential(*(Block(rngs) for _ in range(cfg.layers)))
             self.ln_f = nnx.LayerNorm(d, epsilon=_LAYERNORM_EPS, rngs=rngs)
 
         def __call__(self, tokens):
             """Logits [batch, seq, vocab] (float32) for int32 tokens [batch, seq]."""
-            embed = self.embed[...].astype(compute)
-            # One-hot matmuls instead of gathers: on a GPU a gather's gradient is an atomic
-            # scatter-add, which would make the runs differ for reasons other than attention.
-            one_hot = jax.nn.one_hot(tokens, vocab_size, dtype=compute)
-            x = jnp.einsum("bsv,vd->bsd", one_hot, embed, preferred_element_type=jnp.float32)
+            # jax_dash.flax.Embed: a gather whose gradient sums in a fixed order.
+            x = self.embed(tokens).astype(jnp.float32)
             x = self.blocks(x + self.pos[: tokens.shape[1]])
             x = self.ln_f(x).astype(compute)
-            return jnp.einsum("bsd,vd->bsv", x, embed, preferred_element_type=jnp.float32)
+            table = self.embed.embedding[...].astype(compute)  # tied: the output projection
+            return jnp.einsum("bsd,vd->bsv", x, table, preferred_element_type=jnp.float32)
 
     return CharTransformer(nnx.Rngs(cfg.seed))
 
@@ -226,9 +237,9 @@ class Trainer:
 
         def loss_fn(params, inputs, targets):
             logits = nnx.merge(graphdef, params, rest)(inputs)
-            # One-hot targets for the same reason as the embedding: no scatter in the gradient.
-            labels = jax.nn.one_hot(targets, vocab_size, dtype=logits.dtype)
-            return jnp.mean(optax.softmax_cross_entropy(logits, labels))
+            # Integer labels: the gradient of their take_along_axis puts one value per row, so
+            # no two updates meet and XLA's scatter is reproducible (check_determinism agrees).
+            return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, targets))
 
         def train_step(params, opt_state, inputs, targets):
             loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
@@ -237,6 +248,7 @@ class Trainer:
 
         self._train_step = jax.jit(train_step)
         self.step = None
+        self.window = None
 
     def init(self):
         """Fresh parameters (from cfg.seed) and optimizer state."""
@@ -248,9 +260,20 @@ class Trainer:
         """Compiles the step once, before any clock starts: every run executes this program."""
         params, opt_state = self.init()
         window = jnp.asarray(batch)
+        self.window = window
         self.step = self._train_step.lower(params, opt_state, window[:, :-1],
                                            window[:, 1:]).compile()
         return self
+
+    def check_determinism(self):
+        """``jax_dash.check_determinism`` of the training step: the GPU program (from its
+        lowering, so also on a machine without a GPU) and two runs on this machine."""
+        import jax_dash
+        params, opt_state = self.init()
+        args = (params, opt_state, self.window[:, :-1], self.window[:, 1:])
+        gpu = jax_dash.check_determinism(self._train_step, *args, platform="gpu", runs=0)
+        here = jax_dash.check_determinism(self._train_step, *args, runs=2)
+        return gpu, here
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,10 +366,13 @@ def prepare(cfg: DemoConfig) -> tuple[Trainer, np.ndarray]:
     chosen attention cannot run (e.g. a head_dim the kernels do not take) before any training."""
     text = load_corpus()
     vocab = sorted(set(text))
+    if cfg.vocab is not None and cfg.vocab < len(vocab):
+        raise ValueError(f"vocab={cfg.vocab} must be at least the corpus's {len(vocab)} "
+                         "characters")
     index = {ch: i for i, ch in enumerate(vocab)}
     tokens = np.array([index[ch] for ch in text], dtype=np.int32)
     batches = make_batches(tokens, cfg)
-    return Trainer(cfg, len(vocab)).compile(batches[0]), batches
+    return Trainer(cfg, cfg.vocab or len(vocab)).compile(batches[0]), batches
 
 
 def run_demo(cfg: DemoConfig, progress: TextIO | None = None, runs: int = 2,
@@ -435,6 +461,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--schedule", choices=SCHEDULE_CHOICES, default="auto",
                         help="jax_dash backward schedule ('atomic' is the non-reproducible baseline)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and batch order")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="embedding rows (default: the corpus's characters), e.g. 128256 to "
+                             "see a real vocabulary's cost")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -455,12 +484,28 @@ def describe_device() -> str:
     return line
 
 
+def _report_determinism_check(trainer: Trainer, out: TextIO) -> None:
+    """What jax_dash.check_determinism finds in the training step, before it trains."""
+    gpu, here = trainer.check_determinism()
+    out.write("check_determinism(train_step): ")
+    if gpu.findings:
+        out.write(f"{len(gpu.findings)} operation(s) not reproducible on a GPU:\n")
+        for finding in gpu.findings:
+            out.write(f"  {finding}\n")
+    else:
+        out.write("no operation that is not reproducible on a GPU; ")
+    out.write(f"two steps on {here.platform}: "
+              + ("bitwise identical" if here.identical else "DIFFERENT") + "\n")
+    out.flush()
+
+
 def _run_pair(cfg: DemoConfig, args, out: TextIO, progress: TextIO | None,
               parser: argparse.ArgumentParser) -> DemoResult:
     out.write(
         f"Flax NNX char-level decoder, {cfg.layers} layers, {cfg.heads} heads x {cfg.head_dim}, "
         f"seq {cfg.seq}, batch {cfg.batch}, {cfg.steps} steps, {cfg.dtype}, optax AdamW, "
-        f"attention {cfg.attention}"
+        + (f"vocabulary {cfg.vocab}, " if cfg.vocab else "")
+        + f"attention {cfg.attention}"
         + (f" (schedule {cfg.schedule})" if cfg.attention == "jax_dash" else "")
         + f", seed {cfg.seed}\n"
     )
@@ -470,6 +515,8 @@ def _run_pair(cfg: DemoConfig, args, out: TextIO, progress: TextIO | None,
     except (DemoSetupError, ValueError, TypeError) as error:
         # Settings the chosen attention cannot run (say --head-dim 20): one line, no traceback.
         parser.error(str(error).splitlines()[0])
+    if getattr(args, "check", True):
+        _report_determinism_check(prepared[0], out)
     result = run_demo(cfg, progress=None if args.quiet else progress, prepared=prepared)
     report(result, out)
     return result
@@ -486,7 +533,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
         cfg = default_config(
             steps=args.steps, seq=args.seq, layers=args.layers, heads=args.heads,
             head_dim=args.head_dim, batch=args.batch, dtype=args.dtype,
-            attention=args.attention, schedule=args.schedule, seed=args.seed,
+            attention=args.attention, schedule=args.schedule, seed=args.seed, vocab=args.vocab,
         )
     except ValueError as error:
         parser.error(str(error))

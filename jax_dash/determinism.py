@@ -280,7 +280,9 @@ def _scatter_kind(op):
     if 0 in updates_shape:
         return None
     numbers = str(op.attributes["scatter_dimension_numbers"])
-    vector_dim = int(re.search(r"index_vector_dim = (\d+)", numbers).group(1))
+    # The printer leaves out index_vector_dim when it is 0.
+    found = re.search(r"index_vector_dim = (\d+)", numbers)
+    vector_dim = int(found.group(1)) if found else 0
     batching = _field(numbers, "scatter_indices_batching_dims")
     # Points of one batch element (one point's window never overlaps itself; batching dims keep
     # batch elements apart). One point per batch element cannot collide: take_along_axis's grad.

@@ -279,3 +279,40 @@ def test_demo_on_hopper_runs_the_cudnn_contrast():
     assert "(gpu" in text and "contrast" in text and "attention cudnn" in text
     assert text.count("params sha256") == 4  # two jax_dash runs, then two cuDNN runs
     assert "final parameters: IDENTICAL" in text.split("contrast")[0]
+
+
+def test_demo_checks_its_step_first_and_embeds_with_jax_dash():
+    from flax import nnx
+
+    from jax_dash.flax import Embed
+    model = demo.build_model(demo.DemoConfig(**TINY), vocab_size=10)
+    assert isinstance(model.embed, Embed)
+    out = io.StringIO()
+    assert demo.main([*TINY_ARGS, "--no-contrast", "--quiet", "--vocab", "300"], out=out) == 0
+    text = out.getvalue()
+    assert "vocabulary 300" in text
+    check = next(line for line in text.splitlines() if line.startswith("check_determinism"))
+    assert "no operation that is not reproducible on a GPU" in check
+    assert "bitwise identical" in check
+    assert text.index("check_determinism") < text.index("run 1:")
+    del nnx
+
+
+def test_demo_check_names_a_gather_embedding(monkeypatch):
+    """With nnx.Embed (a gather) in place of jax_dash's, the check names the scatter-add of its
+    gradient before training."""
+    from flax import nnx
+
+    import jax_dash.flax
+    monkeypatch.setattr(jax_dash.flax, "Embed", nnx.Embed, raising=False)
+    out = io.StringIO()
+    demo.main([*TINY_ARGS, "--no-contrast", "--quiet"], out=out)
+    text = out.getvalue()
+    assert "not reproducible on a GPU" in text and "scatter-add" in text
+    assert "jax_dash.embed" in text  # the fix it suggests
+
+
+def test_vocab_smaller_than_the_corpus_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        demo.main([*TINY_ARGS, "--vocab", "5"], out=io.StringIO())
+    assert "vocab=5 must be at least" in capsys.readouterr().err

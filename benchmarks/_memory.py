@@ -12,7 +12,7 @@ import _grid
 import _peers
 
 MEMORY_SEQS = (16384, 32768, 65536, 131072)
-# TARGETS.md goal 5: batch 1, 16 heads, head_dim 128, causal.
+# The project's targets (not in this repository), goal 5: batch 1, 16 heads, head_dim 128, causal.
 MEMORY_HEADS = 16
 MEMORY_HEAD_DIM = 128
 MEMORY_MASK = "causal"

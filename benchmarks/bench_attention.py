@@ -1,7 +1,7 @@
 """jax_dash attention benchmarks: speed, bitwise repeatability, memory and numerics vs XLA peers.
 
     python benchmarks/bench_attention.py                 # paper grid, all implementations
-    python benchmarks/bench_attention.py --quick         # ~4 min subset on an H100
+    python benchmarks/bench_attention.py --quick         # a subset (not timed as a whole)
     python benchmarks/bench_attention.py --memory --numerics --skip-timing
 
 See benchmarks/README.md for what is measured and how. Results go to --out (default

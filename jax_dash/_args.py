@@ -49,7 +49,7 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     sliding window that cuts tiles gets ``descending``, which visits each KV tile's band from its
     bottom). Why:
 
-    * causal: measured on an H100 (benchmarks/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
+    * causal: measured on an H100 (maintainers/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
       simulator agrees in steady state (many heads). Where a head spans several slices (Nkv / 2 >
       wave) the simulator shows it losing (a slice waits for the previous slice's short columns
@@ -58,7 +58,7 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     * segment ids: the Hopper backward leaves the tile pairs no query can see out of its visit
       order, so on packed rows most of a KV tile's band is gone and symmetric_shift's pairing of
       a long and a short column no longer balances anything: measured on an H100 (16k tokens,
-      documents of mean 2k, hd128, causal; benchmarks/results/perf-notes.md, fifth session call
+      documents of mean 2k, hd128, causal; maintainers/perf-notes.md, fifth session call
       2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
     * full mask: shift where it runs as itself and a head is one slice (Nkv <= wave), else
       descending. With descending every KV tile of a head starts on the same Q tile and the

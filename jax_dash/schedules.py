@@ -570,7 +570,7 @@ def simulate_fetch(dag: ScheduleDag, *, workers: int | None = None,
 
     early="never": fetch at completion (``simulate``'s model; the tests check they agree).
     early="always": every worker fetches early.
-    early="safe": the rule of shared/KERNEL_PLAN.md section 4.4: ascending, descending and atomic
+    early="safe": the early-fetch rule of the kernel plan (section 4.4; not in this repository): ascending, descending and atomic
     always fetch early; shift and symmetric_shift only when the next untaken item lies in a later
     slice of the same head or in another head (else at completion).
 
@@ -716,7 +716,7 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
 class PipelineCost:
     """Per-step costs of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh), in SM cycles.
     The defaults are the per-role trace of ws-rs at head_dim 128, seq 8k, full mask, descending,
-    on an H100 (benchmarks/results/perf-notes.md, fourth session call 1): the math warpgroups' step
+    on an H100 (maintainers/perf-notes.md, fourth session call 1): the math warpgroups' step
     without its waits, the dQ writer's bulk reduction until its shared-memory read is done (the
     dQ buffer is free again) and until the adds are complete, the fence + release of the ticket,
     and the unit's start and epilogue. ``visible`` (a release until the next writer's poll sees

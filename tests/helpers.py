@@ -40,7 +40,7 @@ def max_abs_diff(a, b):
 
 
 def assert_close_to_reference(name, ours, ref_fp32, naive_lowp, atol):
-    """max|ours - ref| <= 2 * max|naive_lowp - ref| + atol (DESIGN.md's accuracy criterion)."""
+    """max|ours - ref| <= 2 * max|naive_lowp - ref| + atol (the project's accuracy criterion)."""
     ours = np.asarray(jnp.asarray(ours, jnp.float32))
     assert np.all(np.isfinite(ours)), f"{name}: non-finite values"
     error = max_abs_diff(ours, ref_fp32)

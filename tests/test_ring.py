@@ -124,7 +124,7 @@ def test_unbatched_inputs():
 
 @pytest.mark.parametrize("layout, is_causal", [("contiguous", False), ("zigzag", True)])
 def test_bfloat16_close_to_reference(layout, is_causal):
-    """bf16: the ring meets the accuracy criterion the single-device op meets (DESIGN.md)."""
+    """bf16: the ring meets the accuracy criterion the single-device op meets (tests/helpers.py)."""
     q, k, v, dout = random_inputs(6, 2, 64, 64, 4, 2, 32, jnp.bfloat16)
     fn = _ring_vjp((4,), ("seq",), P(None, "seq"), "seq", is_causal, layout)
     ours = _run_ring(fn, (q, k, v, dout), layout, 4)

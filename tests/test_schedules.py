@@ -750,7 +750,7 @@ def _check_fetch_run(r, dag, context):
 
 @pytest.mark.parametrize("shape", SWEEP_SHAPES[:6], ids=lambda s: "x".join(map(str, s)))
 def test_early_fetch_never_deadlocks(shape):
-    """The early-fetch rule (shared/KERNEL_PLAN.md 4.4; "safe"): every schedule, both masks, waves
+    """The early-fetch rule (the kernel plan's section 4.4, not in this repository; "safe"): every schedule, both masks, waves
     below and above a head's items, one and a few extra workers, with and without a per-item setup
     cost: every step runs, every ticket edge is honoured, items are taken in order, none starts
     before it was taken, and a worker holds at most two items."""

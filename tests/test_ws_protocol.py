@@ -6,7 +6,7 @@ persistent tile sequences); and the model does catch the mistakes the kernels' c
 (a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the wrong parity, a missing
 or an extra ping-pong hand-over, skipped steps without their turns, without their waits, or
 releasing a stage a turn early, a first computing turn without its V wait). The model mirrors the kernel
-by hand; the GPU run (scripts/device_ws.sh) is what checks the kernel itself."""
+by hand; the GPU run (scripts/device_round.sh, stage checks) is what checks the kernel itself."""
 
 import importlib.util
 import itertools

@@ -34,7 +34,7 @@ using bwd::WsTraits;
 // "ws-rs2" is ws-rs with two dQ buffers between the math warpgroups and the writer (one dS^T
 // buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs. At
 // head_dim 64 ws-rs itself has two (measured 5.5-6.5% fewer cycles per step on an H100 at 2k-16k,
-// benchmarks/results/perf-notes.md); at head_dim 128 one (two measured 0.4-1.6% slower).
+// maintainers/perf-notes.md); at head_dim 128 one (two measured 0.4-1.6% slower).
 // "ws-rs-async" is ws-rs whose ticket releases (the GPU-scope fence and add) are made by a releaser
 // warp instead of the dQ writer (same tickets, same adds, same bits; docs/determinism.md).
 // A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's

@@ -96,7 +96,7 @@ struct BwdTraits {
   static_assert(kBlockM % kRowsPerPass == 0 && kBlockN % kRowsPerPass == 0);
   // At hd 64 (S/dP accumulators twice as large) the hand-written copy made ptxas spill inside the
   // step loop and was slower; there the copy stays a CuTe tiled copy (checked on the SASS and
-  // timed on an H100: benchmarks/results/perf-notes.md).
+  // timed on an H100: maintainers/perf-notes.md).
   static constexpr bool kHandWrittenCopy = kHeadDim == 128;
   using GmemTiledCopy = decltype(make_tiled_copy(
       Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},

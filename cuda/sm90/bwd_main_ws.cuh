@@ -1,4 +1,4 @@
-// Warp-specialized backward main kernel for sm90 (stages S1-S3 of shared/KERNEL_PLAN.md).
+// Warp-specialized backward main kernel for sm90 (stages S1-S3 of the kernel plan; maintainers/perf-notes.md).
 //
 // Same work items, visit orders, tickets and tile products as bwd_main.cuh (whose traits it reuses
 // for the MMA types and shared-memory layouts), with the work split by role:

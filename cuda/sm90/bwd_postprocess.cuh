@@ -74,7 +74,7 @@ constexpr int dq_stage_pitch() {
 //   tile in row order, and the tile leaves in 16-byte chunks, whole rows at a time. Stored straight
 //   from the fragments, a warp's 4-byte stores left half-written 32-byte sectors over 8 rows, which
 //   L2 filled from DRAM and wrote back whole: 224 us at hd128 2k B8 H16 on an H100, 37% of DRAM
-//   peak (benchmarks/results/perf-notes.md, thirteenth session);
+//   peak (maintainers/perf-notes.md, thirteenth session);
 // - otherwise straight from the fragments: adjacent column pairs as one store (float32 pairs fill
 //   whole sectors).
 template <class Traits>

@@ -50,7 +50,7 @@ __device__ __forceinline__ void fill_unit_tables(const UnitTables& t, int64_t bl
 
 // Rows of one warp: enough that a lane has 32 two-byte loads in flight (hd64: 8 rows, hd128: 4,
 // hd256: 2). One row a warp left a warp with a few hundred bytes in flight and made 65k tiny blocks:
-// 36-60% of DRAM peak on an H100 (benchmarks/results/perf-notes.md, thirteenth session).
+// 36-60% of DRAM peak on an H100 (maintainers/perf-notes.md, thirteenth session).
 template <int kHeadDim>
 constexpr int preprocess_rows_per_warp() {
   static_assert(512 % kHeadDim == 0, "head_dim 64, 128 or 256");

@@ -10,7 +10,7 @@
 // element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
 //
 // Warp-specialized variant (kWs, the default since its H100 run of 2026-11-23; the first kernel runs
-// with JAX_DASH_SM90_FWD=classic; stages F1 + F2 of shared/KERNEL_PLAN.md): a third warpgroup, registers lowered to 24, issues every TMA
+// with JAX_DASH_SM90_FWD=classic; stages F1 + F2 of the kernel plan, not in this repository): a third warpgroup, registers lowered to 24, issues every TMA
 // load; each K/V stage has an "empty" mbarrier that each math warp arrives on once its wgmma has
 // read the stage (K_j after S_j, V_j after P_j V_j), so no CTA-wide barrier runs in the loop; and
 // the math warpgroups (registers raised to 240 with two, 160 with three) take turns issuing

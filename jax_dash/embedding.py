@@ -11,7 +11,10 @@ stable sort (skipped with ``indices_are_sorted=True``), and every output row is 
 its rows added one after another in ascending row order, rounded once to the data's dtype. So the
 bits depend only on the inputs, not on timing, and the CPU and the GPU kernels give the same bits.
 
-Batching: ``vmap`` folds the mapped axis into one kernel call. Under GSPMD the call runs on the
+Batching: ``vmap`` folds the mapped axis into one kernel call, one output per mapped element. So
+``jax.grad`` of a function that vmaps ``embed`` over ids with one shared table builds a table-sized
+gradient per element before JAX sums them (JAX's own gather avoids that): call ``embed`` on the
+whole ids array instead of vmapping it. Under GSPMD the call runs on the
 whole (gathered) rows on every device, so a data-parallel gradient is summed over the global batch
 in global row order: its bits do not depend on the number of devices (the tokens' cotangents are
 all-gathered, ``rows x row_size``, instead of all-reducing a ``num_segments x row_size`` table).
@@ -85,6 +88,9 @@ def embed(table, ids):
         raise TypeError(f"ids must be an integer array, got {ids.dtype.name}")
     if table.shape[0] > _MAX_SEGMENTS:
         raise ValueError(f"table has {table.shape[0]} rows; at most {_MAX_SEGMENTS} are supported")
+    # Inside shard_map: the table varies over the ids' mesh axes too (JAX's transpose of the cast
+    # sums the table's gradient over them, as it does for jnp.take).
+    table, ids = _ffi._unify_varying(table, ids)
     return _embed(table, ids)
 
 
@@ -128,38 +134,42 @@ def _check_segment_sum(data, segment_ids, num_segments, indices_are_sorted):
 # ---- segment_sum --------------------------------------------------------------------------------
 
 def _segment_sum(data, ids, num_segments, indices_are_sorted):
-    """Checked operands; ``[n, ...]`` and ``[n]``."""
-    # The batch marker: empty, but batched under vmap exactly when data or ids are, so that the
-    # vmap rule knows each mapped element has its own output.
-    marker = _empty_like(data) + _empty_like(ids).astype(data.dtype)
-    return _summed_op(num_segments, indices_are_sorted)(marker, data, ids)
+    """Checked operands; ``[n, ...]`` and ``[n]`` (any integer dtype)."""
+    # Inside shard_map, data and ids vary over the same mesh axes (JAX's transpose of the cast
+    # sums a replicated operand's cotangent over the others, as for jax.ops.segment_sum).
+    data, ids = _ffi._unify_varying(data, _int32_ids(ids, num_segments))
+    return _summed_op(num_segments, indices_are_sorted)(data, ids)
 
 
-def _empty_like(x):
-    return jnp.zeros((0,), x.dtype) + x.reshape(x.size)[:0]
+def _int32_ids(ids, num_segments):
+    """int32 ids with the same meaning for ``[0, num_segments)`` and every id outside it out of
+    range too: narrow dtypes widen exactly; wider ones are clipped to [-1, num_segments] before
+    the cast (compared in their own dtype, which holds num_segments)."""
+    if ids.dtype == jnp.int32 or ids.dtype.itemsize < 4:
+        return ids.astype(jnp.int32)
+    # -1 below the range and num_segments above it, so that sorted ids stay sorted.
+    clipped = jnp.where(ids >= num_segments, num_segments, ids)
+    if jnp.issubdtype(ids.dtype, jnp.signedinteger):
+        clipped = jnp.where(ids < 0, -1, clipped)
+    return clipped.astype(jnp.int32)
 
 
 @functools.lru_cache(maxsize=256)
 def _summed_op(num_segments: int, indices_are_sorted: bool):
-    """``(marker, data [n, ...], ids [n]) -> [num_segments, ...]``, differentiable in data.
-
-    ``marker`` is an empty array that is batched under vmap exactly when the result must be: when
-    it is not (the gradient of an unbatched table under vmap), the mapped elements' rows all go
-    into one output, as JAX's own scatter-add does, instead of one output per element that would
-    then be summed."""
+    """``(data [n, ...], ids [n] int32) -> [num_segments, ...]``, differentiable in data."""
 
     @jax.custom_vjp
-    def op(marker, data, ids):
-        return _raw_op(num_segments, indices_are_sorted)(marker, data, ids)
+    def op(data, ids):
+        return _raw_op(num_segments, indices_are_sorted)(data, ids)
 
-    def op_fwd(marker, data, ids):
-        return op(marker, data, ids), ids
+    def op_fwd(data, ids):
+        return op(data, ids), ids
 
     def op_bwd(ids, g):
         valid = (ids >= 0) & (ids < num_segments)
         rows = jnp.take(g, jnp.where(valid, ids, 0), axis=0)
         mask = valid.reshape(valid.shape + (1,) * (g.ndim - 1))
-        return None, jnp.where(mask, rows, jnp.zeros((), g.dtype)), None
+        return jnp.where(mask, rows, jnp.zeros((), g.dtype)), None
 
     op.defvjp(op_fwd, op_bwd)
     return op
@@ -169,43 +179,38 @@ def _summed_op(num_segments: int, indices_are_sorted: bool):
 def _raw_op(num_segments: int, indices_are_sorted: bool):
 
     @jax.custom_batching.custom_vmap
-    def raw(marker, data, ids):
+    def raw(data, ids):
         return _segment_sum_call(data, ids, num_segments, indices_are_sorted)
 
     @raw.def_vmap
-    def raw_vmap(axis_size, in_batched, marker, data, ids):
-        marker_batched, data_batched, ids_batched = in_batched
+    def raw_vmap(axis_size, in_batched, data, ids):
+        # One output per mapped element: element b's segment s is segment b * num_segments + s of
+        # one call; each element's rows keep their order, so it gets the bits of its own call.
+        data_batched, ids_batched = in_batched
         if not data_batched:
             data = jnp.broadcast_to(data[None], (axis_size,) + data.shape)
         if not ids_batched:
             ids = jnp.broadcast_to(ids[None], (axis_size,) + ids.shape)
-        rows = data.reshape((axis_size * data.shape[1],) + data.shape[2:])
-        if not marker_batched:  # one shared output: every element's rows, element after element
-            out = _raw_op(num_segments, False)(marker, rows, ids.reshape(-1))
-            return out, False
-        # One output per element: element b's segment s is segment b * num_segments + s of one
-        # call; its rows keep their order, so each element gets the bits of its own call.
         if axis_size * num_segments > _MAX_SEGMENTS:
             raise ValueError(f"vmap of segment_sum over {axis_size} elements of {num_segments} "
                              f"segments exceeds {_MAX_SEGMENTS} segments in one call")
+        rows = data.reshape((axis_size * data.shape[1],) + data.shape[2:])
         valid = (ids >= 0) & (ids < num_segments)
         offset = (jnp.arange(axis_size, dtype=jnp.int32) * num_segments)[:, None]
-        folded = jnp.where(valid, ids.astype(jnp.int32) + offset, -1)
-        marker = jnp.zeros((0,), marker.dtype)
-        out = _raw_op(axis_size * num_segments, False)(marker, rows, folded.reshape(-1))
+        folded = jnp.where(valid, ids + offset, -1)
+        out = _raw_op(axis_size * num_segments, False)(rows, folded.reshape(-1))
         return out.reshape((axis_size, num_segments) + out.shape[1:]), True
 
     return raw
 
 
 def _segment_sum_call(data, ids, num_segments, indices_are_sorted):
-    """The FFI call on unbatched ``[n, ...]`` data and ``[n]`` ids."""
+    """The FFI call on unbatched ``[n, ...]`` data and ``[n]`` int32 ids."""
     trailing = data.shape[1:]
     rows = data.reshape(data.shape[0], math.prod(trailing))
     # Out-of-range ids to -1 / num_segments: they sort to the ends and belong to no segment, and
     # an already sorted input stays sorted.
     ids = jnp.where(ids < 0, -1, jnp.where(ids >= num_segments, num_segments, ids))
-    ids = ids.astype(jnp.int32)
     if indices_are_sorted:
         sorted_ids, order = ids, jnp.zeros((0,), jnp.int32)
     else:
@@ -229,23 +234,18 @@ def _embed(table, ids):
 
 
 def _embed_fwd(table, ids):
-    # An empty [num_embeddings, 0] marker: its shape carries the table's row count to the
-    # backward, and it is batched under vmap exactly when the table is (see _summed_op).
+    # An empty [num_embeddings, 0] array: its shape carries the table's row count to the backward.
     num_rows = table.shape[0]
-    marker = table.reshape(num_rows, math.prod(table.shape[1:]))[:, :0]
-    return jnp.take(table, ids, axis=0), (ids, marker)
+    rows_marker = jnp.zeros((num_rows, 0), table.dtype)
+    return jnp.take(table, ids, axis=0), (ids, rows_marker)
 
 
 def _embed_bwd(residuals, g):
-    ids, marker = residuals
-    num_rows = marker.shape[0]
+    ids, rows_marker = residuals
+    num_rows = rows_marker.shape[0]
     ids = jnp.where(ids < 0, ids + num_rows, ids)  # jnp.take's wrap; still out of range: dropped
     rows = g.reshape((ids.size,) + g.shape[ids.ndim:])
-    flat_ids = ids.reshape(-1)
-    if flat_ids.dtype.itemsize > 4:  # int64 ids (x64): out of range stays out of range in int32
-        flat_ids = jnp.where((flat_ids >= 0) & (flat_ids < num_rows), flat_ids, -1)
-    dtable = _summed_op(num_rows, False)(marker, rows, flat_ids.astype(jnp.int32))
-    return dtable, None
+    return _segment_sum(rows, ids.reshape(-1), num_rows, False), None
 
 
 _embed.defvjp(_embed_fwd, _embed_bwd)

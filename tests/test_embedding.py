@@ -150,8 +150,10 @@ def test_embed_gradient_bits_repeat_and_vmap():
     first = np.asarray(grad(table))
     for _ in range(5):
         np.testing.assert_array_equal(np.asarray(grad(table)), first)
+    # One call on the whole ids array: the same gradient up to the order of the sums (under vmap
+    # JAX sums the per-element gradients afterwards).
     unbatched = jax.grad(lambda t: jnp.sum(jnp.cos(jax_dash.embed(t, ids))))(table)
-    np.testing.assert_array_equal(np.asarray(unbatched), first)
+    np.testing.assert_allclose(np.asarray(unbatched), first, rtol=1e-5, atol=1e-6)
     # A vmapped table: one gradient per table.
     tables = jnp.stack([table, 2 * table])
     per_table = jax.grad(lambda ts: jnp.sum(jnp.cos(jax.vmap(jax_dash.embed)(ts, ids[:2]))))(
@@ -254,5 +256,89 @@ def test_equinox_embedding_is_a_drop_in():
                                   np.asarray(jax.vmap(theirs)(ids)))
     np.testing.assert_array_equal(np.asarray(eqx.filter_grad(loss)(ours).weight),
                                   np.asarray(eqx.filter_grad(loss)(theirs).weight))
-    with pytest.raises(ValueError, match="scalar index"):
-        ours(ids)
+    # It also takes the whole ids array: one call, one gradient (no vmap).
+    np.testing.assert_array_equal(np.asarray(ours(ids)), np.asarray(jax.vmap(theirs)(ids)))
+    whole = eqx.filter_grad(lambda m: jnp.sum(jnp.sin(m(ids))))(ours).weight
+    np.testing.assert_array_equal(np.asarray(whole),
+                                  np.asarray(eqx.filter_grad(loss)(theirs).weight))
+    with pytest.raises(ValueError, match="integer index"):
+        ours(jnp.ones(3))
+
+
+def test_per_example_gradients_and_jacrev_of_embed():
+    """vmap(grad) gives each example its own gradient (a shared table must not sum them), and
+    jacrev (vmap over cotangents) agrees with jnp.take's."""
+    rng = np.random.default_rng(10)
+    table = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)
+    ids = jnp.array([[0, 1], [1, 2], [3, 3]])
+    for f in (lambda t, i: jnp.sum(jnp.sin(jax_dash.embed(t, i))),):
+        ours = jax.vmap(jax.grad(f), in_axes=(None, 0))(table, ids)
+        theirs = jax.vmap(jax.grad(lambda t, i: jnp.sum(jnp.sin(jnp.take(t, i, axis=0)))),
+                          in_axes=(None, 0))(table, ids)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    jac = jax.jacrev(lambda t: jax_dash.embed(t, ids))(table)
+    np.testing.assert_array_equal(np.asarray(jac),
+                                  np.asarray(jax.jacrev(lambda t: jnp.take(t, ids, axis=0))(table)))
+    # grad(vmap) with one table: the sum of the per-example gradients.
+    summed = jax.grad(lambda t: jnp.sum(jnp.sin(jax.vmap(lambda i: jax_dash.embed(t, i))(ids))))(
+        table)
+    np.testing.assert_allclose(np.asarray(summed), np.asarray(ours).sum(0), rtol=1e-6)
+
+
+def test_nested_vmap_keeps_elements_apart():
+    data = jnp.arange(24.0).reshape(2, 3, 2, 2)
+    ids = jnp.array([[0, 1], [1, 1], [0, 0]])
+    nested = jax.vmap(jax.vmap(lambda d, i: jax_dash.segment_sum(d, i, 2)),
+                      in_axes=(0, None))(data, ids)
+    expected = jax.vmap(jax.vmap(lambda d, i: jax.ops.segment_sum(d, i, 2)),
+                        in_axes=(0, None))(data, ids)
+    np.testing.assert_array_equal(np.asarray(nested), np.asarray(expected))
+    tables = jnp.asarray(np.random.default_rng(11).normal(size=(2, 3, 5, 2)), jnp.float32)
+
+    def loss(fn):
+        return lambda ts: jnp.sum(jnp.sin(jax.vmap(jax.vmap(fn))(ts, jnp.array([[[0, 4]] * 3] * 2))))
+
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(loss(jax_dash.embed))(tables)),
+        np.asarray(jax.grad(loss(lambda t, i: jnp.take(t, i, axis=0)))(tables)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int8, jnp.uint8, jnp.int16, jnp.uint32])
+def test_narrow_and_unsigned_ids_against_wide_num_segments(dtype):
+    data = jnp.arange(10.0).reshape(5, 2)
+    ids = jnp.array([1, 2, 3, 7, 100]).astype(dtype)
+    for num_segments in (50, 200, 300):
+        ours = jax_dash.segment_sum(data, ids, num_segments)
+        expected = jax.ops.segment_sum(data, ids.astype(jnp.int32), num_segments)
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(expected))
+        grad = jax.grad(lambda d: jnp.sum(jax_dash.segment_sum(d, ids, num_segments)
+                                          * jnp.arange(num_segments)[:, None]))(data)
+        expected_grad = jax.grad(lambda d: jnp.sum(
+            jax.ops.segment_sum(d, ids.astype(jnp.int32), num_segments)
+            * jnp.arange(num_segments)[:, None]))(data)
+        np.testing.assert_array_equal(np.asarray(grad), np.asarray(expected_grad))
+
+
+def test_shard_map_with_replicated_table_checks_types():
+    """Inside shard_map (check_vma on, the default) a replicated table's gradient is summed over
+    the shards, as jnp.take's is."""
+    mesh = _mesh()
+    rng = np.random.default_rng(12)
+    table = jnp.asarray(rng.normal(size=(24, 4)), jnp.float32)
+    ids = jnp.asarray(rng.integers(0, 24, size=(8, 5)), jnp.int32)
+
+    def local(fn):
+        def body(t, i):
+            return jax.grad(lambda t: jnp.sum(fn(t, i) ** 2))(t)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("data", None)),
+                                     out_specs=P()))
+
+    ours = local(jax_dash.embed)(table, ids)
+    theirs = local(lambda t, i: jnp.take(t, i, axis=0))(table, ids)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-6)
+    summed = jax.jit(jax.shard_map(
+        lambda d, i: jax_dash.segment_sum(d, i, 6), mesh=mesh, in_specs=(P(), P("data")),
+        out_specs=P("data")))(jnp.ones((2, 2)), jnp.arange(8) % 6)  # data replicated
+    expected = np.concatenate([np.asarray(jax.ops.segment_sum(jnp.ones((2, 2)), ids, 6))
+                               for ids in np.split(np.arange(8) % 6, 4)])
+    np.testing.assert_array_equal(np.asarray(summed), expected)

@@ -15,7 +15,7 @@ MASKS = ("full", "causal")
 # Backward FLOPs relative to forward: 5 matmuls against the forward's 2 (FlashAttention convention).
 BWD_FLOP_FACTOR = 2.5
 
-IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla")
+IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla", "fa3", "fa3_det", "tokamax")
 # jax_dash.SCHEDULES, spelled out because the harness also runs (peers only) where jax_dash is not
 # importable, and its parent process imports no jax; tests/test_benchmarks.py checks the two agree.
 SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic")

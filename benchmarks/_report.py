@@ -10,7 +10,8 @@ import _memory
 import _numerics
 
 DASH_HEADLINE = "jax_dash:auto"
-PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA"}
+PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA", "fa3": "FA3",
+               "fa3_det": "FA3 det", "tokamax": "tokamax"}
 SHORT_SCHEDULE = {"auto": "auto", "ascending": "asc", "descending": "desc", "shift": "shift",
                   "symmetric_shift": "sym", "atomic": "atomic"}
 
@@ -32,7 +33,7 @@ def display_name(label: str) -> str:
 
 
 def ordered_labels(labels) -> list[str]:
-    order = ["cudnn", "cudnn_det", "xla"] + [f"jax_dash:{s}" for s in _grid.SCHEDULES]
+    order = ["cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax", "xla"] + [f"jax_dash:{s}" for s in _grid.SCHEDULES]
     return [x for x in order if x in labels] + sorted(set(labels) - set(order))
 
 
@@ -52,9 +53,10 @@ class Results:
         self.problems = []  # (what, message) for skips and errors
         for record in self.records.values():
             item = record["item"]
-            if record.get("skipped") or record.get("error"):
+            if record.get("skipped") or record.get("error") or record.get("wrong"):
                 what = _describe(item)
                 self.problems.append((what, record.get("skipped") and f"skipped: {record['skipped']}"
+                                      or record.get("wrong") and f"WRONG (not timed): {record['wrong']}"
                                       or f"error: {record['error']}"))
                 continue
             if "point" not in item:
@@ -187,7 +189,8 @@ def backward_table(res: Results) -> list[str]:
 
 def forward_table(res: Results) -> list[str]:
     points = res.time_points()
-    peers = [x for x in ("cudnn", "cudnn_det", "xla") if any((p, x) in res.timing for p in points)]
+    peers = [x for x in ("cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax", "xla")
+             if any((p, x) in res.timing for p in points)]
     header = ["hd", "mask", "seq", "jax_dash"] + [display_name(x) for x in peers] + ["jax_dash/cuDNN"]
     rows = []
     for p in points:

@@ -1,6 +1,6 @@
 """Worker processes: every measurement runs in a child process.
 
-Why children: `cudnn_det` needs XLA_FLAGS set before JAX starts; memory peaks must start from a
+Why children: `cudnn_det` needs XLA_FLAGS (and `fa3_det` its patch, see _peers.py) set before JAX starts; memory peaks must start from a
 fresh allocator; and a crashed or hung kernel must cost one item, not the whole run. The parent
 (`run_items`) sends a list of items as a JSON file, the worker (`worker_main`) answers one
 `RECORD_PREFIX`-tagged JSON line per item on stdout, and prints progress on stderr.
@@ -128,12 +128,22 @@ RESIDUALS_BUDGET_BYTES = 8 * 2**30
 def run_time(item: dict) -> dict:
     import jax
     point = _grid.Point.from_json(item["point"])
-    fn = _peers.attention_fn(item["impl"], is_causal=point.is_causal, schedule=item.get("schedule"))
+    fn = _peers.attention_fn(item["impl"], is_causal=point.is_causal, schedule=item.get("schedule"),
+                             head_dim=point.head_dim)
+    input_sets = _peers.random_inputs(point, num_sets=item["num_sets"])
+    out = {}
+    if item["impl"] in _peers.CHECKED_IMPLS:
+        # The gate: forward and gradients against the reference before any timing; a peer that
+        # fails raises _peers.Wrong (reported as wrong at this point, never as a speed).
+        out["check"] = _peers.check_against_reference(fn, *input_sets[0], is_causal=point.is_causal)
+        if item["impl"] == "fa3_det":
+            if not _peers.FA3_PATCH["bwd_lowerings"]:
+                raise RuntimeError("fa3_det: the deterministic patch never saw FA3's backward "
+                                   "lowering; its timing would be of the non-deterministic kernel")
+            out["fa3_deterministic_patch"] = dict(_peers.FA3_PATCH)
     fwd, fwd_bwd = _peers.jitted_pair(fn)
     residuals, bwd = _peers.jitted_backward(fn)
-    input_sets = _peers.random_inputs(point, num_sets=item["num_sets"])
     budget = dict(iters=item["iters"], time_budget_s=item["time_budget_s"])
-    out = {}
     out["fwd"] = _timing.time_function(fwd, [s[:3] for s in input_sets], **budget)
     # The backward alone: each input set's residuals are computed once, outside the timing.
     # XLA's residuals are S^2 probabilities (several GB per set at seq 4k): past
@@ -195,6 +205,8 @@ def progress_line(item: dict, record: dict) -> str:
     head = f"{describe(item)}: "
     if record.get("skipped"):
         return head + f"skipped ({record['skipped']})"
+    if record.get("wrong"):
+        return head + "WRONG (not timed) " + record["wrong"][:300]
     if record.get("error"):
         return head + "ERROR " + record["error"].splitlines()[0][:200]
     result = record["result"]
@@ -222,6 +234,9 @@ def worker_main(spec_path: str) -> int:
             record["result"] = run_item(item)
         except _peers.Unavailable as e:
             record["skipped"] = str(e)
+        except _peers.Wrong as e:  # ran, but failed the reference check: reported, not timed
+            record["wrong"] = str(e)
+            record["check"] = e.check
         except Exception as e:
             record["error"] = _short_error(e)
             record["traceback"] = traceback.format_exc()[-MAX_ERROR_CHARS:]

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head-dims", default="64,128", help="comma list (default 64,128)")
     p.add_argument("--seqs", default=None, help="comma list, k suffix allowed (default 512..16k)")
     p.add_argument("--masks", default="full,causal", help="full,causal")
-    p.add_argument("--impls", default=",".join(_grid.IMPLS), help="jax_dash,cudnn,cudnn_det,xla")
+    p.add_argument("--impls", default=",".join(_grid.IMPLS), help=",".join(_grid.IMPLS))
     p.add_argument("--schedules", default=None, help="jax_dash schedules (default all six)")
     p.add_argument("--iters", type=int, default=None, help=f"timed samples (default {DEFAULT_ITERS})")
     p.add_argument("--tokens", type=int, default=_grid.PAPER_TOKENS, help="batch*seq (default 16384)")
@@ -240,7 +240,10 @@ def run(opts: Options, command: str) -> Path:
     base_env["XLA_FLAGS"] = base_env.get("XLA_FLAGS", "").replace(_peers.DETERMINISTIC_XLA_FLAG, "").strip()
     run_kwargs = dict(script=SCRIPT, item_timeout_s=opts.item_timeout, on_record=collector.add)
 
-    default_impls = [x for x in opts.impls if x != "cudnn_det"]
+    fa3_det_env = _peers.env_with_fa3_deterministic(base_env)
+    base_env.pop(_peers.FA3_DETERMINISTIC_ENV, None)
+    group_envs = {"default": base_env, "det": det_env, "fa3_det": fa3_det_env}
+    default_impls = [x for x in opts.impls if _peers.worker_group(x) == "default"]
     items = [{"kind": "env", "group": "default"}]
     skipped_xla = []
     if opts.points:
@@ -263,6 +266,15 @@ def run(opts: Options, command: str) -> Path:
         print(f"note: cudnn_det runs in a worker with XLA_FLAGS={det_env['XLA_FLAGS']!r}", file=sys.stderr)
         _worker.run_items([{"kind": "env", "group": "det"}] + det_items, env=det_env,
                           progress_tag="det ", **run_kwargs)
+    fa3_det_items = timing_items(opts, ["fa3_det"]) if "fa3_det" in opts.impls else []
+    if fa3_det_items and not on_gpu:
+        _skip(collector, fa3_det_items, f"FlashAttention-3 needs a CUDA GPU "
+                                        f"(platform {collector.platform()})")
+    elif fa3_det_items:
+        print(f"note: fa3_det runs in a worker with {_peers.FA3_DETERMINISTIC_ENV}=1 (FA3's "
+              f"backward lowered with deterministic=True, see _peers.py)", file=sys.stderr)
+        _worker.run_items([{"kind": "env", "group": "fa3_det"}] + fa3_det_items, env=fa3_det_env,
+                          progress_tag="fa3det ", **run_kwargs)
 
     memory_items = [{"kind": "memory", "impl": impl, "schedule": "auto" if impl == "jax_dash" else None,
                      "point": p.to_json()}
@@ -270,7 +282,7 @@ def run(opts: Options, command: str) -> Path:
     if memory_items and not on_gpu:
         _skip(collector, memory_items, "peak device memory is only measured on GPU")
     for item in memory_items if on_gpu else []:
-        env = det_env if item["impl"] == "cudnn_det" else base_env
+        env = group_envs[_peers.worker_group(item["impl"])]
         # A fresh process per point resets peak_bytes_in_use. Allocating on demand (no 75% pool)
         # up to 95% of the card means an OOM is the workload's, not a failed pool reservation.
         env = dict(env, XLA_PYTHON_CLIENT_PREALLOCATE="false",

@@ -24,6 +24,20 @@ namespace jax_dash {
 // CTA per SM) so that wave-dependent tickets (shift) give the bits such a GPU would.
 constexpr int32_t kCpuWave = 132;
 
+// Runs a CPU kernel, turning its exceptions into FFI errors that name it: invalid_argument comes
+// from JAX_DASH_CPU_THREADS (the user's setting), anything else is internal.
+template <typename Kernel>
+ffi::Error run_cpu_kernel(const char* what, Kernel&& kernel) {
+  try {
+    kernel();
+  } catch (const std::invalid_argument& e) {
+    return ffi::Error::InvalidArgument(std::string("jax_dash CPU ") + what + ": " + e.what());
+  } catch (const std::exception& e) {
+    return ffi::Error::Internal(std::string("jax_dash CPU ") + what + ": " + e.what());
+  }
+  return ffi::Error::Success();
+}
+
 static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                              ffi::Buffer<ffi::S32> q_seq_lengths,
                              ffi::Buffer<ffi::S32> kv_seq_lengths,
@@ -50,14 +64,7 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                                        dims_string({p.batch, int64_t{p.num_heads}, p.seq_q}));
   p.out = out->untyped_data();
   p.lse = lse->typed_data();
-  try {
-    cpu::forward(p);
-  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
-    return ffi::Error::InvalidArgument(std::string("jax_dash CPU forward: ") + e.what());
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jax_dash CPU forward: ") + e.what());
-  }
-  return ffi::Error::Success();
+  return run_cpu_kernel("forward", [&] { cpu::forward(p); });
 }
 
 static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
@@ -93,14 +100,7 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
     return e;
   for (int i = 0; i < num_copies; ++i) std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
   p.wave = kCpuWave;
-  try {
-    cpu::backward(p);
-  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
-    return ffi::Error::InvalidArgument(std::string("jax_dash CPU backward: ") + e.what());
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jax_dash CPU backward: ") + e.what());
-  }
-  return ffi::Error::Success();
+  return run_cpu_kernel("backward", [&] { cpu::backward(p); });
 }
 
 static ffi::Error SegmentSumCpuImpl(ffi::AnyBuffer data, ffi::Buffer<ffi::S32> sorted_ids,
@@ -111,14 +111,7 @@ static ffi::Error SegmentSumCpuImpl(ffi::AnyBuffer data, ffi::Buffer<ffi::S32> s
   if (ffi::Error e = describe_segment_sum(data, sorted_ids, order, has_order, *out, *offsets, &p);
       e.failure())
     return e;
-  try {
-    cpu::segment_sum(p);
-  } catch (const std::invalid_argument& e) {  // JAX_DASH_CPU_THREADS
-    return ffi::Error::InvalidArgument(std::string("jax_dash CPU segment_sum: ") + e.what());
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("jax_dash CPU segment_sum: ") + e.what());
-  }
-  return ffi::Error::Success();
+  return run_cpu_kernel("segment_sum", [&] { cpu::segment_sum(p); });
 }
 
 }  // namespace jax_dash

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_dash import _ffi
+from jax_dash._args import _as_array
 
 _DATA_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 _MAX_SEGMENTS = 2**31 - 2  # int32 ids, one value above the last segment for "none"
@@ -96,15 +97,6 @@ def embed(table, ids):
 
 # ---- argument checks ----------------------------------------------------------------------------
 
-def _as_array(x, name):
-    if isinstance(x, jax.Array) or hasattr(x, "aval"):
-        return x
-    try:
-        return jnp.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array, got {type(x).__name__}") from exc
-
-
 def _check_segment_sum(data, segment_ids, num_segments, indices_are_sorted):
     data = _as_array(data, "data")
     segment_ids = _as_array(segment_ids, "segment_ids")
@@ -142,12 +134,11 @@ def _segment_sum(data, ids, num_segments, indices_are_sorted):
 
 
 def _int32_ids(ids, num_segments):
-    """int32 ids with the same meaning for ``[0, num_segments)`` and every id outside it out of
-    range too: narrow dtypes widen exactly; wider ones are clipped to [-1, num_segments] before
-    the cast (compared in their own dtype, which holds num_segments)."""
-    if ids.dtype == jnp.int32 or ids.dtype.itemsize < 4:
-        return ids.astype(jnp.int32)
-    # -1 below the range and num_segments above it, so that sorted ids stay sorted.
+    """int32 ids, those outside ``[0, num_segments)`` clipped to -1 below and num_segments above:
+    they sort to the ends and belong to no segment, and sorted ids stay sorted. The comparisons
+    run in a dtype that holds num_segments (narrow ids widen first, exactly)."""
+    if ids.dtype.itemsize < 4:
+        ids = ids.astype(jnp.int32)
     clipped = jnp.where(ids >= num_segments, num_segments, ids)
     if jnp.issubdtype(ids.dtype, jnp.signedinteger):
         clipped = jnp.where(ids < 0, -1, clipped)
@@ -205,12 +196,10 @@ def _raw_op(num_segments: int, indices_are_sorted: bool):
 
 
 def _segment_sum_call(data, ids, num_segments, indices_are_sorted):
-    """The FFI call on unbatched ``[n, ...]`` data and ``[n]`` int32 ids."""
+    """The FFI call on unbatched ``[n, ...]`` data and ``[n]`` ids clipped to
+    ``[-1, num_segments]`` (``_int32_ids``)."""
     trailing = data.shape[1:]
     rows = data.reshape(data.shape[0], math.prod(trailing))
-    # Out-of-range ids to -1 / num_segments: they sort to the ends and belong to no segment, and
-    # an already sorted input stays sorted.
-    ids = jnp.where(ids < 0, -1, jnp.where(ids >= num_segments, num_segments, ids))
     if indices_are_sorted:
         sorted_ids, order = ids, jnp.zeros((0,), jnp.int32)
     else:

@@ -67,7 +67,7 @@ def main():
         "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- jax {jax.__version__}; batch {args.batch}, seq {args.seq}, hidden 2048, bf16",
-        "- command: `TIMING=1 maintainers/scripts/device_check.sh` (runs `python3 maintainers/scripts/fwd_timing.py`)",
+        "- command: `python3 maintainers/scripts/fwd_timing.py`",
         "- median of 20 calls after 3 warm-ups, 3 rotating input sets, wall clock around "
         "block_until_ready",
         "",

@@ -14,30 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import _timing  # benchmarks/ (this script's folder)
+
 SAMPLES = 15
-CALLS_PER_SAMPLE = 10
 REPEATS = 10
 
 
 def _median_seconds(fn, *args):
-    jax.block_until_ready(fn(*args))
-    samples = []
-    for _ in range(SAMPLES):
-        start = time.perf_counter()
-        for _ in range(CALLS_PER_SAMPLE):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - start) / CALLS_PER_SAMPLE)
-    return statistics.median(samples)
+    return _timing.time_function(fn, [args], iters=SAMPLES)["median_s"]
 
 
 def _copy_bandwidth():

@@ -13,7 +13,6 @@ is named; so is whether the autotuner chose differently.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -23,16 +22,16 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _digest(x) -> str:
-    import numpy as np
-    return hashlib.sha256(np.asarray(x).tobytes()).hexdigest()[:16]
-
-
 def child(args) -> None:
     import jax
 
+    import numpy as np
+
     import _train_model
     import bench_train
+
+    def digest(x):
+        return bench_train.params_digest([np.asarray(x)])[:16]
     recipe = bench_train.RECIPES[args.config]
     cfg = _train_model.ModelConfig(**json.loads(args.model))
     batch = bench_train.batch_for(args.seq, args.tokens)
@@ -48,11 +47,11 @@ def child(args) -> None:
                                                          cfg.vocab))
     grads = jax.jit(jax.grad(loss))(params, batches[0])
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(grads)]
-    grad_hashes = dict(zip(paths, map(_digest, jax.tree_util.tree_leaves(grads))))
+    grad_hashes = dict(zip(paths, map(digest, jax.tree_util.tree_leaves(grads))))
     state = optimizer.init(params)
     for i in range(args.steps):
         params, state, _ = step(params, state, batches[i])
-    param_hashes = dict(zip(paths, map(_digest, jax.tree_util.tree_leaves(params))))
+    param_hashes = dict(zip(paths, map(digest, jax.tree_util.tree_leaves(params))))
     print(json.dumps({"grads": grad_hashes, "params": param_hashes}))
 
 

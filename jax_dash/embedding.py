@@ -92,7 +92,7 @@ def embed(table, ids):
     # Inside shard_map: the table varies over the ids' mesh axes too (JAX's transpose of the cast
     # sums the table's gradient over them, as it does for jnp.take).
     table, ids = _ffi._unify_varying(table, ids)
-    return _embed(table, ids)
+    return _embed(table.shape[0], table, ids)
 
 
 # ---- argument checks ----------------------------------------------------------------------------
@@ -217,21 +217,17 @@ def _segment_sum_call(data, ids, num_segments, indices_are_sorted):
 
 # ---- embed --------------------------------------------------------------------------------------
 
-@jax.custom_vjp
-def _embed(table, ids):
+# The table's row count is static (nondiff): the backward sums into that many segments.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _embed(num_rows, table, ids):
     return jnp.take(table, ids, axis=0)
 
 
-def _embed_fwd(table, ids):
-    # An empty [num_embeddings, 0] array: its shape carries the table's row count to the backward.
-    num_rows = table.shape[0]
-    rows_marker = jnp.zeros((num_rows, 0), table.dtype)
-    return jnp.take(table, ids, axis=0), (ids, rows_marker)
+def _embed_fwd(num_rows, table, ids):
+    return jnp.take(table, ids, axis=0), ids
 
 
-def _embed_bwd(residuals, g):
-    ids, rows_marker = residuals
-    num_rows = rows_marker.shape[0]
+def _embed_bwd(num_rows, ids, g):
     ids = jnp.where(ids < 0, ids + num_rows, ids)  # jnp.take's wrap; still out of range: dropped
     rows = g.reshape((ids.size,) + g.shape[ids.ndim:])
     return _segment_sum(rows, ids.reshape(-1), num_rows, False), None

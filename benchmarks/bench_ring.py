@@ -3,6 +3,7 @@ bits, peak memory per GPU, throughput, contiguous against zigzag placement, and 
 communication the computation hides (issue 16).
 
     python benchmarks/bench_ring.py                      # every local GPU, seq 64k and 128k
+    python benchmarks/bench_ring.py --ring-sizes 2,4 --seqs 131072,262144   # P = 2 and 4
     python benchmarks/bench_ring.py --dry-run            # CPU, 4 virtual devices, tiny sizes
 
 Every part runs in a fresh worker process (so that each peak memory starts from zero):
@@ -12,10 +13,11 @@ Every part runs in a fresh worker process (so that each peak memory starts from 
    inputs (the partitioning rule's ring), forward and gradients against the op on one device;
    every path ``--repeats`` times bitwise against its first run; the jit path's compiled program
    must hold ``collective-permute`` and no ``all-gather`` of the sequence, and give the bits of
-   ``ring_attention`` (contiguous), as docs/determinism.md promises;
+   ``ring_attention`` (contiguous), as docs/determinism.md promises; and the zigzag ring run in
+   two head groups (``jax_dash.ring._HEAD_GROUPS = 2``) must give the bits of the ring run in one;
 2. one device, per sequence length: the op's forward + backward on device 0 alone, its time and
    peak memory (the baseline of the memory and speed columns);
-3. the ring, per (sequence length, layout): inputs built already sharded (no device holds the
+3. the ring, per (sequence length, ring size, layout): inputs built already sharded (no device holds the
    whole sequence); jit(shard_map(forward + backward of ring_attention)) once, every device's
    peak memory; the median of ``--timed`` runs, TFLOP/s per GPU by the FlashAttention convention
    (forward 4*B*H*S^2*D, halved for causal; backward 2.5x the forward); ``--repeats`` runs bitwise
@@ -24,6 +26,10 @@ Every part runs in a fresh worker process (so that each peak memory starts from 
    kernels run on the same shapes and no call is merged away) -- the compute alone -- and a
    program that makes the ring's transfers alone, in the ring's order; hidden communication =
    (compute + transfers - ring) / transfers, clipped to [0, 1].
+
+``--head-groups N`` runs the ring's heads in N groups (``jax_dash.ring._HEAD_GROUPS``; default
+``auto``, ``jax_dash.ring.head_groups``'s choice; 1: all heads in one ring, as before the groups):
+the same bits, for comparing peak memory and time.
 
 ``--no-accumulate`` runs the ring's earlier backward (the kernels return each step's float32
 contributions and XLA adds them; ``jax_dash.ring._ACCUMULATE = False``): the same bits, more
@@ -56,8 +62,11 @@ def _parse_args(argv=None):
     parser.add_argument("--seqs", default="65536,131072",
                         help="global sequence lengths, comma-separated (default 64k,128k; empty: "
                         "the correctness part only)")
-    parser.add_argument("--devices", type=int, default=None,
-                        help="ring size (default: every local device)")
+    parser.add_argument("--ring-sizes", default=None,
+                        help="ring sizes P, comma-separated (default: every local device); the "
+                        "correctness part runs on the largest")
+    parser.add_argument("--head-groups", default="auto",
+                        help="head groups of the ring: auto (jax_dash.ring.head_groups) or N")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--kv-heads", type=int, default=None, help="default: --heads")
@@ -79,13 +88,27 @@ def _parse_args(argv=None):
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dry_run:
-        args.seqs, args.devices, args.heads, args.head_dim = "256", 4, 2, 32
+        args.seqs, args.heads, args.head_dim = "256", 2, 32
+        args.ring_sizes = args.ring_sizes or "2,4"
         args.check_seq, args.check_heads = min(args.check_seq, 256) or 0, 4
         args.repeats, args.timed = min(args.repeats, 3), min(args.timed, 2)
     try:
         args.seq_list = [int(s) for s in args.seqs.split(",") if s]
     except ValueError:
         parser.error(f"--seqs={args.seqs!r} must be comma-separated integers")
+    try:
+        args.ring_size_list = [int(s) for s in (args.ring_sizes or "").split(",") if s] or [None]
+    except ValueError:
+        parser.error(f"--ring-sizes={args.ring_sizes!r} must be comma-separated integers")
+    if any(p is not None and p < 1 for p in args.ring_size_list):
+        parser.error(f"--ring-sizes={args.ring_sizes!r}: a ring has at least one device")
+    if args.head_groups != "auto":
+        try:
+            args.head_groups = int(args.head_groups)
+        except ValueError:
+            parser.error(f"--head-groups={args.head_groups!r} must be auto or a positive integer")
+        if args.head_groups < 1:
+            parser.error(f"--head-groups={args.head_groups} must be auto or a positive integer")
     args.layout_list = [s for s in args.layouts.split(",") if s]
     for layout in args.layout_list:
         if layout not in LAYOUTS:
@@ -116,10 +139,12 @@ def _setup(config):
 
     from jax_dash import ring
     ring._ACCUMULATE = config.get("accumulate", True)  # --no-accumulate: the earlier backward
+    groups = config.get("head_groups", "auto")
+    ring._HEAD_GROUPS = None if groups == "auto" else int(groups)
     devices = jax.devices("cpu" if config["dry_run"] else None)
-    size = config["devices"] or len(devices)
+    size = config["ring_size"] or len(devices)
     if size > len(devices):
-        raise ValueError(f"--devices={size} but only {len(devices)} devices are visible")
+        raise ValueError(f"ring size {size} but only {len(devices)} devices are visible")
     return devices, Mesh(np.array(devices[:size]), ("seq",))
 
 
@@ -235,17 +260,28 @@ def run_correctness(config: dict) -> list[dict]:
             jit_path = _op_program(is_causal, config["schedule"], in_shardings=(sharding,) * 4,
                                    out_shardings=(sharding,) * 4)
             results = {}
-            for path in ("ring contiguous", "ring zigzag", "jit (partitioning rule)"):
+            paths = ("ring contiguous", "ring zigzag") + (
+                ("ring zigzag, 2 head groups",) if kv_heads % 2 == 0 else ()) + (
+                "jit (partitioning rule)",)
+            for path in paths:
                 row = {**base, "path": path, "error": None}
                 rows.append(row)
                 try:
-                    zig = path == "ring zigzag"
+                    zig = path.startswith("ring zigzag")
+                    grouped = path.endswith("head groups")
                     placed = [jax.device_put(ring.zigzag(x, size) if zig else x, sharding)
                               for x in args]
-                    fn = jit_path if path.startswith("jit") else _ring_program(
-                        mesh, spec, is_causal, config["schedule"], path.split()[1])
+                    if grouped:  # traced below with two groups, then back to the default
+                        ring._HEAD_GROUPS, default_groups = 2, ring._HEAD_GROUPS
+                    try:
+                        fn = jit_path if path.startswith("jit") else _ring_program(
+                            mesh, spec, is_causal, config["schedule"], path.split()[1].rstrip(","))
+                        fn = fn.lower(*placed).compile()
+                    finally:
+                        if grouped:
+                            ring._HEAD_GROUPS = default_groups
                     if path.startswith("jit"):
-                        hlo = fn.lower(*placed).compile().as_text()
+                        hlo = fn.as_text()
                         row["collective_permutes"] = hlo.count("collective-permute-start") or \
                             hlo.count("collective-permute(")
                         row["all_gathers"] = hlo.count("all-gather-start") + hlo.count("all-gather(")
@@ -259,6 +295,11 @@ def run_correctness(config: dict) -> list[dict]:
                     row["max_abs_diff"], row["relative_rms_diff"] = _differences(natural, single)
                     checks = [row["repeats_not_bitwise"] == 0,
                               all(r <= MAX_RELATIVE_RMS for r in row["relative_rms_diff"].values())]
+                    if grouped:
+                        one_group = results.get("ring zigzag")
+                        row["bits_of_one_group"] = one_group is not None and bool(
+                            same(natural, one_group))
+                        checks.append(row["bits_of_one_group"])
                     if path.startswith("jit"):
                         contiguous = results.get("ring contiguous")
                         row["bits_of_ring_attention"] = contiguous is not None and bool(
@@ -313,8 +354,10 @@ def run_worker(config: dict) -> dict:
     layout, seq = config["layout"], config["seq"]
     q_shape = (config["batch"], seq, config["heads"], config["head_dim"])
     kv_shape = (config["batch"], seq, config["kv_heads"], config["head_dim"])
+    block = (config["batch"], seq // size, config["heads"], config["head_dim"])
+    groups = ring._HEAD_GROUPS or ring.head_groups(block, block[:2] + (config["kv_heads"],))
     result = {**config, "ring_size": size, "device_kind": devices[0].device_kind,
-              "jax_version": jax.__version__, "error": None}
+              "jax_version": jax.__version__, "head_groups": groups, "error": None}
 
     def compile_ring():
         return _ring_program(mesh, spec, is_causal, config["schedule"], layout)
@@ -325,16 +368,22 @@ def run_worker(config: dict) -> dict:
         def send(*xs):
             return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
 
-        kf, vf = k, v
-        for _ in range(size - 1):  # forward: K/V around the ring
-            kf, vf = send(kf, vf)
-        kb, vb = k, v
-        dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
-        for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV travelling with them
-            kb, vb = send(kb, vb)
-            dk, dv = send(dk + 1, dv + 1)
-        dk, dv = send(dk, dv)  # the last hop home
-        return kf, vf, kb, vb, dk, dv
+        def one_group(k, v):
+            kf, vf = k, v
+            for _ in range(size - 1):  # forward: K/V around the ring
+                kf, vf = send(kf, vf)
+            kb, vb = k, v
+            dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
+            for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV with them
+                kb, vb = send(kb, vb)
+                dk, dv = send(dk + 1, dv + 1)
+            dk, dv = send(dk, dv)  # the last hop home
+            return kf, vf, kb, vb, dk, dv
+
+        # One group's transfers after another, as the ring's head groups make them.
+        parts = [one_group(*(jnp.split(x, groups, axis=2)[g] for x in (k, v)))
+                 for g in range(groups)]
+        return tuple(jnp.concatenate(xs, axis=2) for xs in zip(*parts))
 
     try:
         ring_fn = compile_ring()
@@ -415,12 +464,15 @@ def _report(correctness, singles, results):
             print(f"one device, seq {r['seq']}: error: {r['error'][:300]}")
     if not results:
         return
-    print(f"{'seq':>8} {'layout':>10} {'P':>2} {'ms':>9} {'TFLOP/s/dev':>11} {'x one dev':>9} "
-          f"{'bitwise':>8} {'rel RMS (out dq dk dv)':>30} {'GiB/dev':>8} {'GiB one':>8} "
-          f"{'compute ms':>10} {'comm ms':>8} {'hidden':>6}")
+    print(f"{'seq':>8} {'heads':>6} {'layout':>10} {'P':>2} {'groups':>6} {'ms':>9} "
+          f"{'TFLOP/s/dev':>11} {'x one dev':>9} {'bitwise':>8} {'rel RMS (out dq dk dv)':>30} "
+          f"{'GiB/dev':>8} {'GiB one':>8} {'mem x one':>9} {'compute ms':>10} {'comm ms':>8} "
+          f"{'hidden':>6}")
     for r in results:
+        heads = f"{r['heads']}/{r['kv_heads']}"
         if r.get("error"):
-            print(f"{r['seq']:>8} {r['layout']:>10}  error: {r['error'][:300]}")
+            print(f"{r['seq']:>8} {heads:>6} {r['layout']:>10} {r.get('ring_size')!s:>2}  "
+                  f"error: {r['error'][:300]}")
             continue
         one = single.get(r["seq"], {})
         peaks = [p for p in r["peak_bytes_per_device"] if p is not None]
@@ -428,24 +480,27 @@ def _report(correctness, singles, results):
                    else "n/a")
         rms = " ".join(f"{r['relative_rms_diff'][n]:.1e}" for n in NAMES)
         bitwise = f"{r['repeats'] - r['repeats_not_bitwise']}/{r['repeats']}"
-        print(f"{r['seq']:>8} {r['layout']:>10} {r['ring_size']:>2} {r['ring_seconds'] * 1e3:9.2f} "
+        memory = (f"{max(peaks) / one['peak_bytes']:.2f}" if peaks and one.get("peak_bytes")
+                  else "n/a")
+        print(f"{r['seq']:>8} {heads:>6} {r['layout']:>10} {r['ring_size']:>2} "
+              f"{r['head_groups']:>6} {r['ring_seconds'] * 1e3:9.2f} "
               f"{r['ring_tflops_per_device']:11.2f} {speedup:>9} {bitwise:>8} {rms:>30} "
               f"{_gib(max(peaks) if peaks else None):>8} {_gib(one.get('peak_bytes')):>8} "
-              f"{r['compute_only_seconds'] * 1e3:10.2f} {r['transfers_only_seconds'] * 1e3:8.2f} "
+              f"{memory:>9} {r['compute_only_seconds'] * 1e3:10.2f} {r['transfers_only_seconds'] * 1e3:8.2f} "
               f"{r['hidden_fraction']:6.0%}")
     for seq in sorted(single):
         one = single[seq]
         if one.get("seconds"):
             print(f"one device, seq {seq}: {one['seconds'] * 1e3:.2f} ms, "
                   f"{one['tflops']:.1f} TFLOP/s, peak {_gib(one.get('peak_bytes'))} GiB")
-    by_seq = {}
+    by_ring = {}
     for r in results:
         if not r.get("error"):
-            by_seq.setdefault(r["seq"], {})[r["layout"]] = r["ring_seconds"]
-    for seq, times in by_seq.items():
+            by_ring.setdefault((r["seq"], r["ring_size"]), {})[r["layout"]] = r["ring_seconds"]
+    for (seq, size), times in by_ring.items():
         if len(times) == 2:
-            print(f"seq {seq}: zigzag is {times['contiguous'] / times['zigzag']:.2f}x the speed "
-                  "of contiguous")
+            print(f"seq {seq}, P = {size}: zigzag is {times['contiguous'] / times['zigzag']:.2f}x "
+                  "the speed of contiguous")
 
 
 def _in_worker(mode, config):
@@ -470,19 +525,24 @@ def main(argv=None) -> int:
         run = {"correctness": run_correctness, "single": run_single, "ring": run_worker}
         print(json.dumps(run[config["mode"]](config)))
         return 0
-    common = {"devices": args.devices, "batch": args.batch, "heads": args.heads,
+    common = {"batch": args.batch, "heads": args.heads, "head_groups": args.head_groups,
               "kv_heads": args.kv_heads, "head_dim": args.head_dim, "mask": args.mask,
               "schedule": args.schedule, "repeats": args.repeats, "timed": args.timed,
               "dry_run": args.dry_run, "accumulate": not args.no_accumulate}
     correctness = []
+    sizes = args.ring_size_list
+    largest = None if None in sizes else max(sizes)
     if args.check_seq:
-        correctness = _in_worker("correctness", {**common, "check_seq": args.check_seq,
+        correctness = _in_worker("correctness", {**common, "ring_size": largest,
+                                                 "check_seq": args.check_seq,
                                                  "check_heads": args.check_heads})
     singles, results = [], []
     for seq in args.seq_list:
-        singles.append(_in_worker("single", {**common, "seq": seq}))
-        for layout in args.layout_list:
-            results.append(_in_worker("ring", {**common, "seq": seq, "layout": layout}))
+        singles.append(_in_worker("single", {**common, "ring_size": 1, "seq": seq}))
+        for size in sizes:
+            for layout in args.layout_list:
+                results.append(_in_worker("ring", {**common, "ring_size": size, "seq": seq,
+                                                   "layout": layout}))
     _report(correctness, singles, results)
     if args.out:
         with open(args.out, "w") as f:

@@ -66,10 +66,11 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
       This device's block of the output, shaped and typed like ``query``.
     """
     return _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout,
-                           _ACCUMULATE)
+                           _ACCUMULATE, _HEAD_GROUPS)
 
 
-def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout, accumulate):
+def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout, accumulate,
+                    groups):
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
@@ -90,7 +91,8 @@ def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, la
         schedule = _auto_schedule(
             jax.ShapeDtypeStruct(_global_shape(query.shape, axis_size), query.dtype),
             jax.ShapeDtypeStruct(_global_shape(key.shape, axis_size), key.dtype), bool(is_causal))
-    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, accumulate)
+    config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, accumulate,
+                        groups)
     out = _ring(query, key, value, float(scale), config)
     return out[0] if unbatched else out
 
@@ -125,12 +127,14 @@ class RingConfig:
     schedule: str | tuple  # a name, or ((platform, name), ...): "auto" chose per platform
     layout: str
     accumulate: bool = True  # the backward adds into the sums in place (_ACCUMULATE)
+    head_groups: int | None = None  # None: head_groups() of the blocks; else _HEAD_GROUPS
 
     @classmethod
     def contiguous(cls, axis_name, axis_size: int, is_causal: bool, schedule) -> "RingConfig":
         """The ring the jit path runs over a sequence sharded on ``axis_name`` (``sharding.py``'s
         partitioning rule): contiguous layout, accumulating as ``ring_attention`` does."""
-        return cls(axis_name, axis_size, bool(is_causal), schedule, "contiguous", _ACCUMULATE)
+        return cls(axis_name, axis_size, bool(is_causal), schedule, "contiguous", _ACCUMULATE,
+                   _HEAD_GROUPS)
 
 
 def _global_shape(block_shape, axis_size):
@@ -171,6 +175,84 @@ def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
             f"layout='zigzag' puts two equal chunks on each device, so the per-device sequence "
             f"must be even, got query with {seq_q} tokens per device (the global sequence must be "
             "a multiple of 2 * axis_size)")
+
+
+# ---- head groups ------------------------------------------------------------------------------
+
+# Heads are independent: every sum of the ring is within one head (GQA: within one key/value head
+# and its group of query heads). So the ring can run its heads in groups, one group's whole ring
+# after the other (a while loop: the next group starts when the previous one is done), and the
+# float32 state of a ring (the forward's running output; the backward's dQ/dK/dV sums, the dK/dV
+# sums in transit, the kernel's dQ accumulator) is alive for one group at a time. The bits are
+# those of one ring over all heads: the same kernels with the same schedule run on the same
+# per-head data, with fewer heads per call (tests/test_ring.py checks it bitwise).
+#
+# A group keeps at least _GROUP_ROWS query rows (batch x tokens x heads) per kernel call, so the
+# calls still fill the GPU (2^17 rows: 1024 query tiles of 128); at most _MAX_GROUPS groups, past
+# which the bf16 operands every ring holds dominate its memory anyway.
+_GROUP_ROWS = 1 << 17
+_MAX_GROUPS = 8
+
+# The number of head groups when not None (tests and benchmarks; read when a ring is traced);
+# None: head_groups() decides.
+_HEAD_GROUPS = None
+
+
+def head_groups(q_shape, k_shape) -> int:
+    """How many groups of heads the ring over blocks shaped ``q_shape`` / ``k_shape``
+    (``[batch, tokens, heads, head_dim]`` per device) runs one after another: the most, up to
+    ``_MAX_GROUPS``, that divide the key/value heads and leave every group ``_GROUP_ROWS`` query
+    rows; 1 for small blocks."""
+    batch, seq, heads, _ = q_shape
+    kv_heads = k_shape[2]
+    for groups in range(min(kv_heads, _MAX_GROUPS), 1, -1):
+        if kv_heads % groups == 0 and batch * seq * heads // groups >= _GROUP_ROWS:
+            return groups
+    return 1
+
+
+def _groups_for(config, q_shape, k_shape) -> int:
+    groups = config.head_groups or head_groups(q_shape, k_shape)
+    if k_shape[2] % groups:
+        raise ValueError(f"head_groups={groups} does not divide the {k_shape[2]} key/value heads")
+    return groups
+
+
+_HEAD_AXIS = {"q": 2, "kv": 2, "lse": 1}  # query heads of out/dout too; lse is [B, H, S]
+
+
+def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
+    """``fn`` run on ``groups`` groups of heads one after another: ``fn(*parts)`` gets group g's
+    part of every array of ``args`` (whose head axes ``kinds`` names: "q", "kv" or "lse") and
+    returns its part of every result (``results``: ShapeDtypeStructs of the whole results, head
+    axes named by ``result_kinds``), written in place into the whole results.
+
+    A while loop, except in ``simulate``: there the ring's axis is a ``vmap`` axis, which JAX
+    (0.10) does not bind inside a loop traced in a custom_vjp's forward under ``vjp``; the groups
+    are then unrolled, each one's operands cut after an optimization barrier on the previous
+    group's results (the same computations, so the same bits)."""
+    def part(x, kind, group):
+        axis = _HEAD_AXIS[kind]
+        size = x.shape[axis] // groups
+        return jax.lax.dynamic_slice_in_dim(x, group * size, size, axis)
+
+    def body(group, whole):
+        parts = fn(*(part(x, kind, group) for x, kind in zip(args, kinds)))
+        return tuple(
+            jax.lax.dynamic_update_slice_in_dim(w, p, group * p.shape[_HEAD_AXIS[kind]],
+                                                _HEAD_AXIS[kind])
+            for w, p, kind in zip(whole, parts, result_kinds))
+
+    zeros = tuple(jnp.zeros(r.shape, r.dtype) for r in results)
+    zeros = _ffi._unify_varying(*args, *zeros)[len(args):]  # varying like the parts (shard_map)
+    if config.axis_name != _SIMULATED_AXIS:
+        return jax.lax.fori_loop(0, groups, body, zeros)
+    whole = zeros
+    for group in range(groups):
+        if group:
+            args, whole = jax.lax.optimization_barrier((args, whole))
+        whole = body(group, whole)
+    return whole
 
 
 # ---- the custom_vjp ---------------------------------------------------------------------------
@@ -277,7 +359,19 @@ def _ring_loop(config, k, v, compute, combine=None):
 
 def ring_forward(q, k, v, scale, config):
     """This device's ``(out, lse)`` (out in q's dtype, lse float32 over the global keys);
-    ``scale`` a number or a 0-d float32 array."""
+    ``scale`` a number or a 0-d float32 array. The heads run in ``head_groups`` groups."""
+    groups = _groups_for(config, q.shape, k.shape)
+    if groups == 1:
+        return _forward(q, k, v, scale, config)
+    batch, seq, heads, _ = q.shape
+    results = (jax.ShapeDtypeStruct(q.shape, q.dtype),
+               jax.ShapeDtypeStruct((batch, heads, seq), jnp.float32))
+    return _in_head_groups(config, groups, lambda q, k, v: _forward(q, k, v, scale, config),
+                           (q, k, v), ("q", "kv", "kv"), results, ("q", "lse"))
+
+
+def _forward(q, k, v, scale, config):
+    """``ring_forward`` of all heads of q, k, v at once."""
     n = config.axis_size
     causal = config.is_causal
     device = jax.lax.axis_index(config.axis_name) if causal and n > 1 else None
@@ -404,9 +498,19 @@ def _pad_seq(x, before, after):
 
 def ring_backward(q, k, v, out, lse, dout, scale, config):
     """This device's ``(dq, dk, dv)`` (dtypes of q and k), each summed in a fixed order: dq over
-    the steps in order, a block's dk/dv over the devices from its home onwards."""
-    dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    the steps in order, a block's dk/dv over the devices from its home onwards. The heads run in
+    ``head_groups`` groups."""
+    def backward(q, k, v, out, lse, dout):
+        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config)
+        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+    groups = _groups_for(config, q.shape, k.shape)
+    if groups == 1:
+        return backward(q, k, v, out, lse, dout)
+    results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+               jax.ShapeDtypeStruct(v.shape, v.dtype))
+    return _in_head_groups(config, groups, backward, (q, k, v, out, lse, dout),
+                           ("q", "kv", "kv", "q", "lse", "q"), results, ("q", "kv", "kv"))
 
 
 def _backward_sums(q, k, v, out, lse, dout, scale, config):
@@ -532,13 +636,14 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
     scale = _check_scale(scale, allowed=_SCALE_ALLOWED)
     _check_options(is_causal, schedule, layout)
     return _simulated(query, key, value, ring_size, bool(is_causal), scale, schedule, layout,
-                      _ACCUMULATE)
+                      _ACCUMULATE, _HEAD_GROUPS)
 
 
 # Jitted with the static options as its key: eagerly, the ring's conditionals and the sequentially
 # vmapped kernel calls would otherwise compile (and keep) new programs on every call.
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8))
-def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout, accumulate):
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8, 9))
+def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout, accumulate,
+               groups):
     def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
         batch, seq = x.shape[:2]
         blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])
@@ -550,7 +655,7 @@ def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout,
 
     def device(q, k, v):
         return _ring_attention(q, k, v, _SIMULATED_AXIS, is_causal, scale, schedule, layout,
-                               accumulate)
+                               accumulate, groups)
 
     blocks = jax.vmap(device, axis_name=_SIMULATED_AXIS)(split(query), split(key), split(value))
     return join(blocks)

@@ -246,3 +246,55 @@ def test_two_gpu_ring_copies_no_sum_and_needs_less_memory(monkeypatch, layout):
     assert before - after >= 1.5 * f32_block, (
         f"temporaries {before} -> {after} bytes: {(before - after) / f32_block:.2f} float32 "
         "blocks saved")
+
+
+@pytest.mark.parametrize("head_dim, is_causal, layout", CASES, ids=CASE_IDS)
+def test_simulated_ring_in_head_groups_gives_the_bits_of_one_ring(monkeypatch, head_dim,
+                                                                  is_causal, layout):
+    """The ring's heads in two groups (one kv head and its two query heads each), one after the
+    other: out, dq, dk, dv are the bits of all heads in one ring (the GPU kernels' results per
+    head do not depend on how many heads a call has)."""
+    _, placed = _inputs(head_dim, layout, seed=7)
+    results = {}
+    for groups in (1, 2):
+        with monkeypatch.context() as m:
+            m.setattr(ring, "_HEAD_GROUPS", groups)
+            fn = functools.partial(ring.simulate, ring_size=RING_SIZE, is_causal=is_causal,
+                                   layout=layout)
+            results[groups] = jax.jit(functools.partial(attention_and_grads, fn))(*placed)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), results[2], results[1]):
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=name)
+
+
+@pytest.mark.skipif(len(HOPPER) < 2, reason="needs two Hopper GPUs")
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_ring_on_gpus_in_head_groups_gives_the_bits_and_needs_less_memory(monkeypatch, layout):
+    """The ring in shard_map over up to four GPUs with its heads in four groups (a while loop):
+    the bits of one ring over all heads, and the GPU compiler's temporaries at most half of one
+    ring's (one group's float32 sums alive at a time)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    size = min(4, len(HOPPER))
+    mesh = Mesh(np.array(HOPPER[:size]), ("seq",))
+    spec = PartitionSpec(None, "seq")
+    args = random_inputs(8, 1, 8192 * size, 8192 * size, 8, 4, 128, jnp.bfloat16)
+    if layout == "zigzag":
+        args = [ring.zigzag(x, size) for x in args]
+    args = [jax.device_put(x, NamedSharding(mesh, spec)) for x in args]
+
+    def compiled(groups):
+        with monkeypatch.context() as m:
+            m.setattr(ring, "_HEAD_GROUPS", groups)
+            fn = functools.partial(jax_dash.ring_attention, axis_name="seq", is_causal=True,
+                                   layout=layout)
+            program = jax.jit(jax.shard_map(
+                lambda q, k, v, dout: attention_and_grads(fn, q, k, v, dout), mesh=mesh,
+                in_specs=(spec,) * 4, out_specs=(spec,) * 4))
+            return program.lower(*args).compile()
+
+    one, grouped = compiled(1), compiled(4)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), grouped(*args), one(*args)):
+        np.testing.assert_array_equal(_bits(a), _bits(b), err_msg=name)
+    before = one.memory_analysis().temp_size_in_bytes
+    after = grouped.memory_analysis().temp_size_in_bytes
+    assert after <= 0.5 * before, (before, after)

@@ -518,6 +518,13 @@ def _in_worker(mode, config):
             {**config, "error": error}
 
 
+def _progress(result):
+    """One line per finished part, as it finishes (a run cut short keeps what it measured)."""
+    keys = ("seq", "ring_size", "layout", "head_groups", "seconds", "ring_seconds", "peak_bytes",
+            "peak_bytes_per_device", "repeats_not_bitwise", "relative_rms_diff", "error")
+    print("part: " + json.dumps({k: result[k] for k in keys if k in result}), flush=True)
+
+
 def main(argv=None) -> int:
     args = _parse_args(argv)
     if args.worker:
@@ -539,10 +546,12 @@ def main(argv=None) -> int:
     singles, results = [], []
     for seq in args.seq_list:
         singles.append(_in_worker("single", {**common, "ring_size": 1, "seq": seq}))
+        _progress(singles[-1])
         for size in sizes:
             for layout in args.layout_list:
                 results.append(_in_worker("ring", {**common, "ring_size": size, "seq": seq,
                                                    "layout": layout}))
+                _progress(results[-1])
     _report(correctness, singles, results)
     if args.out:
         with open(args.out, "w") as f:

@@ -45,7 +45,7 @@ LAYOUTS = ("contiguous", "zigzag")
 
 
 def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None, schedule="auto",
-                   layout="contiguous"):
+                   layout="contiguous", head_groups="auto"):
     """``jax_dash.attention`` of a sequence sharded over the mesh axis ``axis_name``, for use
     inside ``shard_map``; gradients are bitwise reproducible.
 
@@ -61,12 +61,18 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
       layout: ``"contiguous"`` (device ``i`` holds tokens ``[i*L, (i+1)*L)``) or ``"zigzag"``
         (device ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``; see ``zigzag``). Only the causal
         mask depends on it.
+      head_groups: the heads run in this many groups, one group's ring after the other, so that
+        one group's float32 state is alive at a time (less memory, a few percent more time; the
+        same bits for every value). ``"auto"`` (``jax_dash.ring.head_groups``): enough groups to
+        bring the ring's float32 state under 1.5 float32 copies of the query block, only for
+        blocks of >= 2^18 query rows (batch x tokens x heads); 1 runs all heads at once (the
+        fastest, the most memory). Must divide the key/value heads.
 
     Returns:
       This device's block of the output, shaped and typed like ``query``.
     """
     return _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout,
-                           _ACCUMULATE, _HEAD_GROUPS)
+                           _ACCUMULATE, head_groups)
 
 
 def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout, accumulate,
@@ -80,6 +86,7 @@ def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, la
     axis_name = _check_axis_name(axis_name)
     axis_size = _bound_axis_size(axis_name)
     _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
+    groups = _check_head_groups(groups, key.shape[-2])
 
     unbatched = query.ndim == 3
     if unbatched:
@@ -98,6 +105,20 @@ def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, la
 
 
 _SCALE_ALLOWED = "a Python number (ring_attention takes no traced scale)"
+
+
+def _check_head_groups(head_groups, kv_heads):
+    """``head_groups`` as RingConfig takes it: None for "auto" (or _HEAD_GROUPS where a test or
+    benchmark set it), else a positive int dividing the key/value heads."""
+    if isinstance(head_groups, str) and head_groups == "auto":
+        return _HEAD_GROUPS
+    if isinstance(head_groups, (bool, np.bool_)) or not isinstance(head_groups,
+                                                                   (int, np.integer)):
+        raise TypeError(f"head_groups must be 'auto' or a positive int, got {head_groups!r}")
+    if head_groups < 1 or kv_heads % head_groups:
+        raise ValueError(f"head_groups={head_groups} must be a positive divisor of the "
+                         f"{kv_heads} key/value heads (a group keeps whole GQA groups), or 'auto'")
+    return int(head_groups)
 
 
 def _check_options(is_causal, schedule, layout):
@@ -187,28 +208,37 @@ def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
 # those of one ring over all heads: the same kernels with the same schedule run on the same
 # per-head data, with fewer heads per call (tests/test_ring.py checks it bitwise).
 #
-# A group keeps at least _GROUP_ROWS query rows (batch x tokens x heads) per kernel call, so the
-# calls still fill the GPU (2^17 rows: 1024 query tiles of 128); at most _MAX_GROUPS groups, past
-# which the bf16 operands every ring holds dominate its memory anyway.
+# Each group costs time: measured on 4 x H200 (zigzag, 128k tokens, 16 heads,
+# benchmarks/results/2026-11-26-4xgpu-ring/): 2 / 4 / 8 groups took 1.045x / 1.025x / 1.17x the
+# time of one at P = 2 and 1.045x / 1.07x at P = 4 (2 and 4 groups), for peak memory per GPU
+# 0.79x / 0.59x / 0.49x one GPU's (one ring: 0.89x) at P = 2 and 0.41x / 0.30x (0.50x) at P = 4.
+# So "auto" takes the fewest groups that bring the ring's float32 state (the backward's dQ sum and
+# the kernel's dQ accumulator, two query blocks; the dK/dV sums and those in transit, four key
+# blocks) under _FLOAT32_BLOCKS float32 query blocks, and groups only blocks of at least
+# 2 * _GROUP_ROWS query rows (batch x tokens x heads), each group keeping _GROUP_ROWS.
+_FLOAT32_BLOCKS = 1.5
 _GROUP_ROWS = 1 << 17
-_MAX_GROUPS = 8
 
-# The number of head groups when not None (tests and benchmarks; read when a ring is traced);
-# None: head_groups() decides.
+# The number of head groups of head_groups="auto" when not None (tests of the jit path, whose
+# partitioning rule runs "auto", and benchmarks; read when a ring is traced).
 _HEAD_GROUPS = None
 
 
 def head_groups(q_shape, k_shape) -> int:
-    """How many groups of heads the ring over blocks shaped ``q_shape`` / ``k_shape``
-    (``[batch, tokens, heads, head_dim]`` per device) runs one after another: the most, up to
-    ``_MAX_GROUPS``, that divide the key/value heads and leave every group ``_GROUP_ROWS`` query
-    rows; 1 for small blocks."""
+    """The number of head groups ``head_groups="auto"`` runs for blocks shaped ``q_shape`` /
+    ``k_shape`` (``[batch, tokens, heads, head_dim]`` per device): the fewest that divide the
+    key/value heads and bring the ring's float32 state (about ``2 * heads + 4 * kv_heads`` float32
+    heads of the block) to at most 1.5 float32 query blocks, keeping 2^17 query rows per group;
+    1 below 2^18 query rows."""
     batch, seq, heads, _ = q_shape
     kv_heads = k_shape[2]
-    for groups in range(min(kv_heads, _MAX_GROUPS), 1, -1):
-        if kv_heads % groups == 0 and batch * seq * heads // groups >= _GROUP_ROWS:
-            return groups
-    return 1
+    rows = batch * seq * heads
+    if rows < 2 * _GROUP_ROWS:
+        return 1
+    allowed = [g for g in range(1, kv_heads + 1)
+               if kv_heads % g == 0 and rows // g >= _GROUP_ROWS]
+    enough = [g for g in allowed if 2 * heads + 4 * kv_heads <= _FLOAT32_BLOCKS * heads * g]
+    return min(enough) if enough else max(allowed)
 
 
 def _groups_for(config, q_shape, k_shape) -> int:
@@ -617,7 +647,7 @@ _SIMULATED_AXIS = "jax_dash_simulated_ring"
 
 
 def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, schedule="auto",
-             layout="contiguous"):
+             layout="contiguous", head_groups="auto"):
     """``ring_attention`` over ``ring_size`` simulated devices on the current device: the same
     code (block kernels, merges, transfers, summation order) under ``jax.vmap`` with a named axis
     in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
@@ -635,15 +665,16 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
 
     scale = _check_scale(scale, allowed=_SCALE_ALLOWED)
     _check_options(is_causal, schedule, layout)
+    # (_HEAD_GROUPS, read when "auto" is traced, keys the jit cache too)
     return _simulated(query, key, value, ring_size, bool(is_causal), scale, schedule, layout,
-                      _ACCUMULATE, _HEAD_GROUPS)
+                      _ACCUMULATE, head_groups, _HEAD_GROUPS)
 
 
 # Jitted with the static options as its key: eagerly, the ring's conditionals and the sequentially
 # vmapped kernel calls would otherwise compile (and keep) new programs on every call.
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8, 9))
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8, 9, 10))
 def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout, accumulate,
-               groups):
+               groups, auto_groups):
     def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
         batch, seq = x.shape[:2]
         blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])

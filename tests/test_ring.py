@@ -364,20 +364,48 @@ def test_head_groups_give_the_bits_of_one_ring_on_the_jit_path(monkeypatch):
 
 
 def test_head_groups_choice():
-    """As many groups as divide the key/value heads, up to 8, keeping >= 2^17 query rows each."""
-    assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 16, 128)) == 8   # 128k over 2
+    """The fewest groups dividing the kv heads that bring the float32 state (2 * heads + 4 *
+    kv_heads float32 heads) under 1.5 query blocks, keeping >= 2^17 query rows per group."""
+    assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 16, 128)) == 4   # 128k over 2
     assert ring.head_groups((1, 32768, 16, 128), (1, 32768, 16, 128)) == 4   # 128k over 4
-    assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 8, 128)) == 8    # GQA
+    assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 8, 128)) == 4    # GQA: 64 / 24
+    assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 2, 128)) == 2    # GQA: 40 / 24
     assert ring.head_groups((1, 65536, 16, 128), (1, 65536, 1, 128)) == 1    # MQA: one group
-    assert ring.head_groups((1, 65536, 12, 128), (1, 65536, 6, 128)) == 6    # divisors of 6
+    assert ring.head_groups((1, 65536, 12, 128), (1, 65536, 6, 128)) == 3    # 48 / 18 -> 3
+    assert ring.head_groups((1, 16384, 16, 128), (1, 16384, 16, 128)) == 2   # rows: at most 2
     assert ring.head_groups((2, 8192, 8, 64), (2, 8192, 8, 64)) == 1         # small: one ring
 
 
-def test_head_groups_that_do_not_divide_the_heads(monkeypatch):
+@pytest.mark.parametrize("head_groups, error, message", [
+    (2, ValueError, "head_groups=2 must be a positive divisor of the 3 key/value heads"),
+    (0, ValueError, "head_groups=0 must be a positive divisor"),
+    (True, TypeError, "head_groups must be 'auto' or a positive int, got True"),
+    ("all", TypeError, "head_groups must be 'auto' or a positive int, got 'all'"),
+    (1.0, TypeError, "head_groups must be 'auto' or a positive int, got 1.0")])
+def test_bad_head_groups(head_groups, error, message):
     args = random_inputs(37, 1, 32, 32, 6, 3, 16, jnp.float32)[:3]
-    monkeypatch.setattr(ring, "_HEAD_GROUPS", 2)
-    with pytest.raises(ValueError, match="head_groups=2 does not divide the 3 key/value heads"):
-        ring.simulate(*args, 2)
+    with pytest.raises(error, match=re.escape(message)):
+        ring.simulate(*args, 2, head_groups=head_groups)
+    with pytest.raises(error, match=re.escape(message)):
+        _in_ring(functools.partial(jax_dash.ring_attention, axis_name="seq",
+                                   head_groups=head_groups), *(x.shape for x in args),
+                 mesh_size=2)
+
+
+def test_head_groups_keyword_gives_the_bits_of_one_ring():
+    """ring_attention(head_groups=3) (one kv head and its two query heads a group) in shard_map."""
+    args = random_inputs(38, 1, 64, 64, 6, 3, 16, jnp.float32)
+    mesh = _mesh((2,), ("seq",))
+    results = []
+    for groups in (1, 3):
+        fn = functools.partial(jax_dash.ring_attention, axis_name="seq", is_causal=True,
+                               head_groups=groups)
+        program = jax.jit(shard_map(lambda q, k, v, d, fn=fn: (lambda o, f: (o, *f(d)))(
+            *jax.vjp(fn, q, k, v)), mesh, (P(None, "seq"),) * 4, (P(None, "seq"),) * 4))
+        assert (program.lower(*args).as_text().count("stablehlo.while") > 0) == (groups > 1)
+        results.append(_f32_bits(program(*args)))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *results):
+        np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])

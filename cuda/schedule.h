@@ -101,11 +101,12 @@
 // only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
 // what is resident), which is why the GPU takes W from the occupancy query, never a constant.
 // jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
-// Asynchronous release (bwd_main_ws.cuh kAsyncRelease, "ws-rs-async"): a releaser warp releases a
-// node's ticket after the writer has seen its add complete, while the writer goes on to the next
-// node's ticket. A node is finished at its release, which waits only on its own add (never on a
-// ticket), and the CTA still fetches only after its item's last release, so (1)-(3) hold as they
-// are; schedules.simulate_fetch(release=...) models it and its deadlock sweep runs in CI.
+// Asynchronous release (modelled only: the "ws-rs-async" kernel that had it gave ws-rs's time and
+// was deleted, maintainers/perf-notes.md): a releaser warp releases a node's ticket after the
+// writer has seen its add complete, while the writer goes on to the next node's ticket. A node is
+// finished at its release, which waits only on its own add (never on a ticket), and the CTA still
+// fetches only after its item's last release, so (1)-(3) hold as they are;
+// schedules.simulate_fetch(release=...) models it and its deadlock sweep runs in CI.
 #pragma once
 
 #include <cstdint>

@@ -731,7 +731,7 @@ class PipelineCost:
     unit_start: float = 9300.0
     epilogue: float = 22000.0
     buffers: int = 1             # dQ buffers between the math and the writer
-    async_release: bool = False  # ws-rs-async: a releaser warp fences and releases
+    async_release: bool = False  # a releaser warp fences and releases (the deleted ws-rs-async)
 
     def __post_init__(self):
         for name in ("math", "store", "read", "complete", "release", "visible", "unit_start",

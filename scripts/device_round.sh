@@ -11,18 +11,19 @@
 #             maintainers/scripts/build_here.sh builds such a folder on a machine without a GPU)
 #   sass      count HGMMA (wgmma) instructions per kernel in the built extension (cuobjdump);
 #             fails if the forward kernel has none
-#   checks    the standalone driver (tests/sm90_check.cu): default kernels, classic kernels, the
+#   checks    the standalone driver (tests/sm90_check.cu): default kernels, the classic backward
+#             (the long-query fallback's kernel, JAX_DASH_SM90_BWD=classic), the forward
 #             variants' bits, and the masked kernels' cases (driver mode "masks")
 #   sanitize  scripts/sanitize.sh over the driver (SAN_TOOLS, default all four; SAN_ENV e.g.
-#             "JAX_DASH_SM90_BWD=ws-rs2"); with "masks" in STAGES also memcheck, synccheck and
+#             "JAX_DASH_SM90_BWD=classic"); with "masks" in STAGES also memcheck, synccheck and
 #             initcheck over the masked cases
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
 #             per-SASS-instruction stall samples (source page as CSV, in the tarball; summarise
 #             with maintainers/scripts/ncu_sass_hotspots.py)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
-#             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_BWD=ws";
-#             KBENCH_BWD e.g. "classic ws ws-rs": every shape once per backward kernel, in turn;
+#             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_FWD=ws";
+#             KBENCH_BWD e.g. "classic ws-rs": every shape once per backward kernel, in turn;
 #             KBENCH_RUNS e.g. "JAX_DASH_SM90_BWD=ws-rs;JAX_DASH_SM90_FWD=ws-persistent": every
 #             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>;
 #             KBENCH_BASE=path/to/another/jax_dash_sm90_check: each shape timed with it too, right
@@ -88,7 +89,7 @@ if has sass; then
 fi
 if has checks && [[ -n "$D" ]]; then
   stage check_default 90 "$D"
-  stage check_classic 90 env JAX_DASH_SM90_FWD=classic JAX_DASH_SM90_BWD=classic "$D"
+  stage check_classic 90 env JAX_DASH_SM90_BWD=classic "$D"
   stage variants 90 "$D" variants
   stage check_masks 120 "$D" masks
 fi

@@ -852,9 +852,10 @@ def test_pipeline_model_runs_every_schedule(name, causal):
 def test_pipeline_model_agrees_with_the_h100_on_the_release_and_the_buffers():
     """Measured on an H100 (perf-notes, fourth session, call 1; third session, call 2): neither
     the releaser warp (ws-rs-async) nor a second dQ buffer (ws-rs2) shortens the head_dim-128
-    full-mask descending backward, whose pace is the dQ ticket chain's. The pipeline model (costs
-    from that run's trace) agrees: both within 1%, while the writer's ticket wait grows with the
-    releaser as it did on the GPU. (The serial model of simulate_fetch predicts a gain instead.)"""
+    full-mask descending backward, whose pace is the dQ ticket chain's (both variants were deleted
+    on 2026-11-26). The pipeline model (costs from that run's trace) agrees: both within 1%, while
+    the writer's ticket wait grows with the releaser as it did on the GPU. (The serial model of
+    simulate_fetch predicts a gain instead.)"""
     p = problem(4096, 4096, causal=False, wave=32, heads=4, block_m=64, block_n=128)
     dag = schedules.build_dag("descending", p)
     base = schedules.simulate_pipeline(dag)

@@ -119,26 +119,6 @@ __device__ __forceinline__ void spin_until_equal(const int32_t* ptr, int32_t tic
 __device__ __forceinline__ void red_release_gpu_add(int32_t* ptr, int32_t v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
 }
-// The pieces of a release pattern that covers several writes with one fence: fence.release.gpu,
-// then relaxed strong adds (PTX memory model: a release fence followed by a strong write). In
-// SASS a MEMBAR.ALL.GPU without the L1 invalidate that fence.acq_rel adds.
-__device__ __forceinline__ void fence_release_gpu() {
-  asm volatile("fence.release.gpu;" ::: "memory");
-}
-__device__ __forceinline__ void red_relaxed_gpu_add(int32_t* ptr, int32_t v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-// A counter in shared memory handed between warps of one CTA with release/acquire at CTA scope.
-__device__ __forceinline__ void st_release_cta_shared(int32_t* ptr, int32_t v) {
-  asm volatile("st.release.cta.shared.s32 [%0], %1;" ::"r"(static_cast<uint32_t>(
-                   __cvta_generic_to_shared(ptr))), "r"(v) : "memory");
-}
-__device__ __forceinline__ int32_t ld_acquire_cta_shared(const int32_t* ptr) {
-  int32_t v;
-  asm volatile("ld.acquire.cta.shared.s32 %0, [%1];" : "=r"(v) : "r"(static_cast<uint32_t>(
-                   __cvta_generic_to_shared(ptr))) : "memory");
-  return v;
-}
 
 // Two 16-bit elements as one 32-bit word, the first at the lower address (little endian).
 template <class Element>

@@ -25,50 +25,32 @@ using bwd::BwdTraits;
 using bwd::WsTraits;
 
 // Which main kernel runs (JAX_DASH_SM90_BWD, read at each call): the warp-specialized
-// bwd_main_ws.cuh with dV, dK from registers ("ws-rs", the default when unset or empty; stages
-// S1-S3), the same with all products from shared memory ("ws"), or the first kernel bwd_main.cuh
-// ("classic"). All have the same items, visit orders and tickets; the warp-specialized kernels'
-// gradients are another bits version than bwd_main.cuh's (docs/determinism.md). A query too long
-// for the warp-specialized kernel's shared-memory tables (about 254k tokens at head_dim 128) runs
-// the classic kernel, whose tables are smaller (about 450k).
-// "ws-rs2" is ws-rs with two dQ buffers between the math warpgroups and the writer (one dS^T
-// buffer instead of two; same bits as ws-rs); where its tables do not fit it runs ws-rs. At
-// head_dim 64 ws-rs itself has two (measured 5.5-6.5% fewer cycles per step on an H100 at 2k-16k,
-// maintainers/perf-notes.md); at head_dim 128 one (two measured 0.4-1.6% slower).
-// "ws-rs-async" is ws-rs whose ticket releases (the GPU-scope fence and add) are made by a releaser
-// warp instead of the dQ writer (same tickets, same adds, same bits; docs/determinism.md).
+// bwd_main_ws.cuh ("ws-rs", the default when unset or empty; stages S1-S3), or the first kernel
+// bwd_main.cuh ("classic"). Both have the same items, visit orders and tickets; the
+// warp-specialized kernel's gradients are another bits version than bwd_main.cuh's
+// (docs/determinism.md). A query too long for the warp-specialized kernel's shared-memory tables
+// (about 254k tokens at head_dim 128) runs the classic kernel, whose tables are smaller (about
+// 450k). That fallback is why "classic" stays selectable: it runs the fallback's kernel at any
+// length, so that the driver and the GPU tests check it on small problems (it is not a faster
+// choice: 11.99 against ws-rs's 7.06 ms at head_dim 128 full 8k, maintainers/perf-notes.md).
 // A call with a mask beyond causal (window, lengths, segment ids, soft cap) runs the ws-rs kernel's
-// masked instantiation (kMask); the other kernels do not carry the mask policy.
-enum class BwdKernel {
-  kClassic,
-  kWarpSpecialized,
-  kWarpSpecializedRs,
-  kWarpSpecializedRs2,
-  kWarpSpecializedRsAsync,
-  kWarpSpecializedRsMask,
-  kInvalid
-};
+// masked instantiation (kMask); the classic kernel does not carry the mask policy.
+// The variants that lost their A/B tests against ws-rs (perf-notes) are deleted: "ws" (every
+// product from shared memory), "ws-rs2" (two dQ buffers at every head dim) and "ws-rs-async"
+// (ticket releases on a releaser warp).
+enum class BwdKernel { kClassic, kWarpSpecializedRs, kWarpSpecializedRsMask, kInvalid };
 BwdKernel requested_bwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_BWD");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "ws-rs") == 0) {
     return BwdKernel::kWarpSpecializedRs;
   }
-  if (std::strcmp(v, "ws") == 0) return BwdKernel::kWarpSpecialized;
-  if (std::strcmp(v, "ws-rs2") == 0) return BwdKernel::kWarpSpecializedRs2;
-  if (std::strcmp(v, "ws-rs-async") == 0) return BwdKernel::kWarpSpecializedRsAsync;
   if (std::strcmp(v, "classic") == 0) return BwdKernel::kClassic;
   return BwdKernel::kInvalid;
 }
 template <class Element, int kHeadDim>
-using WsSsTraits = WsTraits<Element, kHeadDim, false>;
+using WsRsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
-using WsRsTraits = WsTraits<Element, kHeadDim, true, false, kHeadDim == 64 ? 2 : 1>;
-template <class Element, int kHeadDim>
-using WsRs2Traits = WsTraits<Element, kHeadDim, true, false, 2>;
-template <class Element, int kHeadDim>
-using WsRsAsyncTraits = WsTraits<Element, kHeadDim, true, false, kHeadDim == 64 ? 2 : 1, true>;
-template <class Element, int kHeadDim>
-using WsRsMaskTraits = WsTraits<Element, kHeadDim, true, true>;
+using WsRsMaskTraits = WsTraits<Element, kHeadDim, true>;
 
 
 ScheduleProblem make_schedule_problem(const AttentionParams& p, int wave) {
@@ -143,10 +125,7 @@ bool fits_shared_memory(const AttentionParams& p) {
 template <class F>
 bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
   switch (k) {
-    case BwdKernel::kWarpSpecialized: return dispatch_traits<WsSsTraits>(p, f);
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits, true>(p, f);
-    case BwdKernel::kWarpSpecializedRs2: return dispatch_traits<WsRs2Traits>(p, f);
-    case BwdKernel::kWarpSpecializedRsAsync: return dispatch_traits<WsRsAsyncTraits>(p, f);
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits, true>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
@@ -154,9 +133,8 @@ bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
   return false;
 }
 
-// The main kernel this problem runs: the requested one, where ws-rs2 and ws-rs-async fall back to
-// ws-rs (a masked call, or tables too large for this seq_q), ws-rs takes its masked instantiation
-// for a call with a mask beyond causal or without the workspace's unit tables (ws too), and a
+// The main kernel this problem runs: the requested one, where ws-rs takes its masked instantiation
+// for a call with a mask beyond causal or without the workspace's unit tables, and a
 // warp-specialized kernel whose tables do not fit (a long query) falls back to classic. A masked
 // call that ends on a kernel without the mask policy gets kInvalid.
 BwdKernel bwd_kernel(const AttentionParams& p) {
@@ -172,21 +150,15 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
     return ok;
   };
   BwdKernel k = requested_bwd_kernel();
-  // Head dim 256 has ws-rs only: every other request (a valid one) runs it, and a query too long
-  // for its tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.
+  // Head dim 256 has ws-rs only: a classic request runs it too, and a query too long for its
+  // tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.
   if (p.head_dim == 256 && k != BwdKernel::kInvalid) {
     return needs_mask_instance ? BwdKernel::kWarpSpecializedRsMask : BwdKernel::kWarpSpecializedRs;
   }
-  if ((k == BwdKernel::kWarpSpecializedRs2 || k == BwdKernel::kWarpSpecializedRsAsync) &&
-      (needs_mask_instance || !fits(k))) {
-    k = BwdKernel::kWarpSpecializedRs;
-  }
-  if (k == BwdKernel::kWarpSpecialized && !tables) k = BwdKernel::kWarpSpecializedRs;
   if (k == BwdKernel::kWarpSpecializedRs && needs_mask_instance) {
     k = BwdKernel::kWarpSpecializedRsMask;
   }
-  if ((k == BwdKernel::kWarpSpecialized || k == BwdKernel::kWarpSpecializedRs ||
-       k == BwdKernel::kWarpSpecializedRsMask) && !fits(k)) {
+  if ((k == BwdKernel::kWarpSpecializedRs || k == BwdKernel::kWarpSpecializedRsMask) && !fits(k)) {
     k = BwdKernel::kClassic;
   }
   if (masked && k != BwdKernel::kWarpSpecializedRsMask) return BwdKernel::kInvalid;
@@ -429,13 +401,13 @@ bool bwd_uses_warp_specialized(const AttentionParams& p) {
 std::string kernel_selection_error() {
   if (requested_bwd_kernel() == BwdKernel::kInvalid) {
     return std::string("jax_dash: JAX_DASH_SM90_BWD='") + std::getenv("JAX_DASH_SM90_BWD") +
-           "' names no backward kernel; use ws-rs (the default), ws-rs2, ws-rs-async, ws or "
-           "classic";
+           "' names no backward kernel; leave it unset (the default, ws-rs) or use ws-rs or "
+           "classic (the kernel that runs queries too long for ws-rs)";
   }
   if (!fwd_kernel_valid()) {
     return std::string("jax_dash: JAX_DASH_SM90_FWD='") + std::getenv("JAX_DASH_SM90_FWD") +
            "' names no forward kernel; leave it unset (the default picks ws-persistent or ws by "
-           "length) or use ws, ws-persistent, ws-persistent-narrow or classic";
+           "length) or use ws, ws-persistent or ws-persistent-narrow";
   }
   return std::string();
 }

@@ -1,4 +1,5 @@
-// Warp-specialized backward main kernel for sm90 (stages S1-S3 of the kernel plan; maintainers/perf-notes.md).
+// Warp-specialized backward main kernel for sm90, the default backward ("ws-rs"; stages S1-S3 of
+// the kernel plan; maintainers/perf-notes.md).
 //
 // Same work items, visit orders, tickets and tile products as bwd_main.cuh (whose traits it reuses
 // for the MMA types and shared-memory layouts), with the work split by role:
@@ -10,15 +11,11 @@
 //             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
 //             asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk copy,
 //             dq_accum being unzeroed), frees the buffer once it has been read (dQEmpty), waits for
-//             the reduction to complete in global memory, then releases the ticket (with
-//             kAsyncRelease: publishes the completion to the releaser warp instead). With two dQ
-//             buffers (kdQStages, "ws-rs2") step s uses buffer s % 2 and its own barrier pair.
+//             the reduction to complete in global memory, then releases the ticket. With two dQ
+//             buffers (kdQStages: head_dim 64) step s uses buffer s % 2 and its own barrier pair.
 //             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
 //             the writer, once it has read it, frees the stage for the producer (q_empty).
-//     warp 2  RELEASER (kAsyncRelease, "ws-rs-async" only): releases the tickets of the steps whose
-//             reductions the writer found complete, in visit order, one GPU-scope fence for all
-//             it finds ready, so the writer never waits for that fence; otherwise exits.
-//     warp 3  exits.
+//     warps 2-3  exit.
 //   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
 //             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
@@ -29,21 +26,20 @@
 // segment ids (visible_unit_tables) or where the workspace has no tables (params.h unit_tables).
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
-// previous unit (the last ticket release, by the writer or with kAsyncRelease by the releaser, and
-// the math epilogue included): one item per CTA at a time, exactly as in bwd_main.cuh, so the
-// deadlock argument of cuda/schedule.h applies unchanged. Inside a CTA every wait points to an
-// earlier step of the same unit, or (the releaser on the writer) to an earlier event of the same
-// step.
+// previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
+// at a time, exactly as in bwd_main.cuh, so the deadlock argument of cuda/schedule.h applies
+// unchanged. Inside a CTA every wait points to an earlier step of the same unit.
 //
 // dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
 // accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
 // k * 256 + t. The bulk reduction then adds one contiguous block per step and the smem stores are
 // conflict-free; bwd_postprocess_dq_fragment_kernel maps it back to rows and columns.
 //
-// kRsdKV (stage S3, JAX_DASH_SM90_BWD=ws-rs): dV += P^T dO and dK += dS^T Q take their A operand
-// from registers (the 16-bit P^T and dS^T in the S^T/dP^T accumulator layout, which is the layout
-// of a register A fragment), so P^T never goes through shared memory; dS^T still does, for dQ.
-// Issue order dV (before the math barrier), dQ, dK.
+// dV += P^T dO and dK += dS^T Q take their A operand from registers (stage S3: the 16-bit P^T and
+// dS^T in the S^T/dP^T accumulator layout, which is the layout of a register A fragment), so P^T
+// never goes through shared memory; dS^T still does, for dQ. Issue order dV (before the math
+// barrier), dQ, dK. (The variant with every product from shared memory, "ws", was 4-21% slower and
+// is deleted: maintainers/perf-notes.md.)
 //
 // Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
 // P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
@@ -74,7 +70,7 @@ using namespace cute;
 // Named barriers (0 is __syncthreads).
 enum WsBarrier : int {
   kUnitBarrier = 1,     // producer warp + writer warp + math: a unit is published / finished
-  kPdSBarrier = 2,      // math: dS^T (and, SS, P^T) of this step are in shared memory
+  kPdSBarrier = 2,      // math: dS^T of this step is in shared memory
   kdQFullBarrier = 3,   // math arrive, writer sync: the step's dQ partial is in shared memory
   kdQEmptyBarrier = 4,  // writer arrive, math sync: the dQ buffer may be overwritten
   kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue
@@ -129,12 +125,7 @@ struct WsTracer {
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run kMask = false, compiled as before.
-// kdQStages: dQ buffers between the math warpgroups and the writer (1, or 2 for "ws-rs2": the math
-// may then run two steps ahead of the writer; the second buffer's 32 KB come from the dS^T double
-// buffer, see kdSStages).
-// kAsyncRelease: the ticket releases move from the writer to a releaser warp ("ws-rs-async").
-template <class Element_, int kHeadDim_, bool kRsdKV_, bool kMask_ = false, int kdQStages_ = 1,
-          bool kAsyncRelease_ = false>
+template <class Element_, int kHeadDim_, bool kMask_>
 struct WsTraits {
   using Base = BwdTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
@@ -154,11 +145,15 @@ struct WsTraits {
   // a separate dQ buffer (the first head_dim-256 kernel) the math waited 19-38% of its cycles for
   // the next step's Q/dO (H100, 2026-11-25).
   static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
-  static constexpr bool kRsdKV = kRsdKV_;
   static constexpr bool kMask = kMask_;
-  static constexpr int kdQStages = kdQStages_;
-  static constexpr bool kAsyncRelease = kAsyncRelease_;
-  static_assert(kdQStages == 1 || kdQStages == 2, "one or two dQ buffers");
+  // dQ buffers between the math warpgroups and the writer: with two the math may run two steps
+  // ahead of the writer (the second buffer's 32 KB come from the dS^T double buffer, see
+  // kdSStages). Two at head_dim 64: 5.0-7.2% fewer cycles per step than one (H100, 2k-16k,
+  // maintainers/perf-notes.md, third session call 2). One at 128, where two gave no consistent
+  // gain: +0.4..+1.6% in that call, -4.3..+1.7% under shift (sixth session call 9), within 1.1%
+  // (eleventh session call D, thirteenth session call J). The masked instantiation has one at
+  // every head dim.
+  static constexpr int kdQStages = kHeadDim_ == 64 && !kMask ? 2 : 1;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = Base::kBlockM;
@@ -166,8 +161,7 @@ struct WsTraits {
   static constexpr int kMathThreads = Base::kThreads;  // two warpgroups
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
-  // producer + writer (+ releaser) warps + math
-  static constexpr int kUnitThreads = (kAsyncRelease ? 96 : 64) + kMathThreads;
+  static constexpr int kUnitThreads = 64 + kMathThreads;  // producer + writer warps + math
   static constexpr int kdQThreads = 32 + kMathThreads;    // writer warp + math
   static constexpr int kServiceRegisters = 24;
   static constexpr int kMathRegisters = 240;
@@ -175,9 +169,6 @@ struct WsTraits {
                 "register file of one SM");
   static constexpr bool kdQInStage = kSplitD;
   static constexpr int kStages = 2;  // Q/dO ring
-  // P^T of 256 columns in shared memory would be read by both warpgroups' dV wgmma while the
-  // other one may already store the next step's: kSplitD takes P^T and dS^T from registers.
-  static_assert(!kSplitD || kRsdKV, "head_dim 256 runs the register-sourced dK/dV (ws-rs)");
 
   using BlockM = typename Base::BlockM;
   using BlockN = typename Base::BlockN;
@@ -195,15 +186,11 @@ struct WsTraits {
   using dKVAtomShape = Shape<_64, Int<kSplitD ? kHeadDim / 2 : kHeadDim>, BlockM>;
   using dKVAtomLayout =
       std::conditional_t<kSplitD, Layout<Shape<_1, _2, _1>>, Layout<Shape<_2, _1, _1>>>;
-  // dV, dK: SS as in bwd_main.cuh, or RS (A = P^T / dS^T from registers) with kRsdKV.
-  using TiledMmadKV = std::conditional_t<
-      kRsdKV,
+  // dV, dK: A = P^T / dS^T from registers.
+  using TiledMmadKV =
       decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, dKVAtomShape,
                                                    GMMA::Major::K, GMMA::Major::MN>(),
-                              dKVAtomLayout{})),
-      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, dKVAtomShape,
-                                                   GMMA::Major::K, GMMA::Major::MN>(),
-                              dKVAtomLayout{}))>;
+                              dKVAtomLayout{}));
   using TiledMmadQ = typename Base::TiledMmadQ;
   // kSplitD: dQ of one warpgroup's 128 columns in two 64-column halves, one warpgroup each, after
   // its dK and dV are complete. With dQ's 64 accumulators live beside dK's and dV's 128 and the
@@ -228,7 +215,6 @@ struct WsTraits {
   static_assert(!kdQInStage || 2 * kBlockM * kHeadDim * sizeof(Element) == kdQBytes,
                 "kdQInStage: one stage's Q and dO hold exactly one dQ partial");
 
-  static constexpr int kPtElems = kRsdKV ? 8 : kBlockN * kBlockM;  // P^T in smem only for SS
   template <int kdSStages>
   struct Storage {
     // The dK/dV epilogue writes dK and dV into k and v (store_dk_dv_tma), or (GQA, float32
@@ -239,8 +225,13 @@ struct WsTraits {
     alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
     alignas(1024) Element q[kStages][kBlockM * kHeadDim];
     alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
-    // P^T (SS only; a 16-byte placeholder with kRsdKV, placed here so it costs no alignment pad).
-    alignas(kRsdKV ? 16 : 1024) Element pt[kPtElems];
+    // 16 bytes that keep dq 128 bytes past dout, where P^T's 16-byte placeholder was (P^T lived
+    // in shared memory only in the deleted variant "ws"). Without them dq, lse_log2, dsum and the
+    // barriers move down by 128 bytes and ptxas computes some of their addresses with other
+    // instructions (the math's q_full wait in the step loop and the writer's bulk-reduction source
+    // among them; SASS compared 2026-11-26, maintainers/perf-notes.md). Remove them only with an
+    // A/B on a GPU.
+    alignas(16) char dq_offset_pad[16];
     // The dQ buffers (kdQInStage: a 16-byte placeholder, the partials live in the Q/dO stages).
     alignas(128) float dq[kdQInStage ? 1 : kdQStages][kdQInStage ? 4 : kdQFloats];
     alignas(16) float lse_log2[kStages][kBlockM];
@@ -251,7 +242,6 @@ struct WsTraits {
     int64_t unit_item;  // global item of the current unit (>= total_items: no more work)
     int32_t unit_kv;    // index of the unit's KV tile within its item
     int32_t unit_num_steps;
-    int32_t reduced_steps;  // kAsyncRelease: steps whose reduction the writer saw complete (ever)
     unsigned long long trace[kWsTraceSlots];
   };
   static constexpr int kSmemAlign = 1024;
@@ -472,8 +462,7 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   float* dq_accum = p.workspace_f32 + ws.dq_accum;
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
-  int32_t reduced = 0;  // kAsyncRelease: the leader's count behind smem.reduced_steps
-  int q_iter = 0;        // kdQInStage: steps so far (all units), as the producer counts them
+  int q_iter = 0;  // kdQInStage: steps so far (all units), as the producer counts them
 
   WsUnit u;
   while (published_unit(P, smem, &u)) {
@@ -542,12 +531,7 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
         if (deterministic) {
           const long long t_release = tracer.start();
           fence_async_global();
-          if constexpr (Traits::kAsyncRelease) {
-            // Hand the release to the releaser warp (CTA-scope release; it releases at GPU scope).
-            st_release_cta_shared(&smem.reduced_steps, ++reduced);
-          } else {
-            red_release_gpu_add(sem, 1);
-          }
+          red_release_gpu_add(sem, 1);
           tracer.stop(kTraceWriterRelease, t_release);
         }
       }
@@ -556,46 +540,6 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   }
   if (leader) bulk_wait_group_all();
-}
-
-// ---- ticket releaser warp (kAsyncRelease) -------------------------------------------------------
-// Follows the writer in visit order: once the writer has published that step s's reduction is
-// complete (smem.reduced_steps, a CTA-scope release after its proxy fence), releases tile m_s's
-// ticket. All the steps found ready share one fence.release.gpu (a release pattern with each
-// relaxed add after it; the acquire side is the ld.acquire.cta of the counter). It waits only on
-// the writer's completions, never on a ticket, and joins the unit barrier after its last release,
-// so a unit still ends only once all its tickets are released (the one-item-at-a-time fetch of
-// cuda/schedule.h's argument).
-template <class Traits, class Storage>
-__device__ __forceinline__ void ws_releaser(const WsParams<Traits>& P, Storage& smem,
-                                            const int32_t* visit_m) {
-  const bool deterministic = P.sp.schedule != Schedule::kAtomic;
-  const bool leader = cute::elect_one_sync();
-  const BwdWorkspaceLayout ws = bwd_workspace_layout(P.p.batch, P.p.seq_q, P.p.seq_kv,
-                                                     P.p.num_heads, P.p.num_kv_heads,
-                                                     P.p.head_dim);
-  int32_t* dq_sem = P.p.workspace_i32 + ws.dq_semaphore;
-  int32_t released = 0;  // steps released so far (all units), as smem.reduced_steps counts them
-  WsUnit u;
-  while (published_unit(P, smem, &u)) {
-    if (deterministic && leader) {
-      int32_t* head_sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles;
-      const int32_t unit_base = released;
-      while (released < unit_base + u.num_steps) {
-        int32_t ready = ld_acquire_cta_shared(&smem.reduced_steps);
-        while (ready == released) {
-          __nanosleep(20);
-          ready = ld_acquire_cta_shared(&smem.reduced_steps);
-        }
-        fence_release_gpu();
-        for (; released < ready; ++released) {
-          red_relaxed_gpu_add(head_sem + visit_m[released - unit_base], 1);
-        }
-      }
-    }
-    __syncwarp();
-    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
-  }
 }
 
 // Rows with lengths or segment ids (kMask): the unit's visit order and tickets with the band's steps
@@ -853,7 +797,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});   // (Bn, d)
   Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});   // (Bn, d)
   Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});  // (d, Bn)
-  Tensor sPt = make_tensor(make_smem_ptr(smem.pt), typename Traits::SmemLayoutPt{});  // (Bn, Bm)
 
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmadKV mma_dkv;
@@ -1084,10 +1027,8 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       static_assert(decltype(size(tdVrP))::value == decltype(size(tSrS))::value);
       static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
                     "each thread must own one 64-row accumulator");
-      if constexpr (Traits::kRsdKV) {
-        // dV needs nothing from the other warpgroup: issue it before the barrier.
-        gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
-      }
+      // dV needs nothing from the other warpgroup: issue it before the barrier.
+      gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
       // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
       // it: wait until both warpgroups are past that step.
       if constexpr (Traits::kdSStages == 1) {
@@ -1096,15 +1037,10 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         tracer.stop(kTraceMathWaitPdS, t_ds);
       }
       // Elements 2i, 2i+1 are adjacent q columns of one kv row: one 32-bit store per pair.
-      // P^T (SS only) is read only by this warpgroup's own dV wgmma, done in the previous step.
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); i += 2) {
         // kSplitD: both warpgroups hold the whole tile; each stores its half of the fragment.
         if (Traits::kSplitD && (i < size(tSrS) / 2) != first_warpgroup) continue;
-        if constexpr (!Traits::kRsdKV) {
-          Tensor tPsPt = thr_sdp.partition_C(sPt);
-          st_shared_u32(&tPsPt(i), pack_pair(rP(i), rP(i + 1)));
-        }
         st_shared_u32(&tPsdSt(i), pack_pair(rdS(i), rdS(i + 1)));
       }
       fence_async_shared();  // generic smem stores -> wgmma reads
@@ -1116,7 +1052,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         // dK now, dQ in halves below, once dK and dV are complete.
         gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
         warpgroup_wait<0>();  // dV, dK: this warpgroup is done with the stage's Q and dO
-      } else if constexpr (Traits::kRsdKV) {
+      } else {
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
         if constexpr (Traits::kdQInStage) {
@@ -1124,14 +1060,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
         } else {
           warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
         }
-      } else {
-        Tensor tdVrPt = thr_dkv.partition_fragment_A(sPt);
-        Tensor tdKrdSt = thr_dkv.partition_fragment_A(sdSt);
-        // dQ first: its hand-off to the writer then overlaps the dV and dK wgmmas.
-        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
-        gemm_ss<false>(mma_dkv, tdVrPt, tdVrdOt, tdVrdV);
-        gemm_ss<false>(mma_dkv, tdKrdSt, tdKrQt, tdKrdK);
-        warpgroup_wait<2>();  // the dQ group (wgmma groups complete in order)
       }
       warpgroup_fence_operand(tdQrdQ);
       if constexpr (Traits::kdQInStage) {
@@ -1259,7 +1187,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warp = cutlass::canonical_warp_idx_sync();
   if (threadIdx.x == 0) {
     for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
-    smem.reduced_steps = 0;
     cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
@@ -1285,7 +1212,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_registers_decrease<Traits::kServiceRegisters>();
     if (warp == 0) ws_producer<Traits>(P, smem, visit_m);
     else if (warp == 1) ws_dq_writer<Traits>(P, smem, visit_m, visit_ticket);
-    else if (warp == 2 && Traits::kAsyncRelease) ws_releaser<Traits>(P, smem, visit_m);
   } else {
     warpgroup_registers_increase<Traits::kMathRegisters>();
     ws_math<Traits>(P, smem, visit_m, visit_ticket);

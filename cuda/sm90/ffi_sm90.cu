@@ -94,26 +94,20 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
 
 // The mask policy beyond causal (window, lengths, segment ids, soft cap; cuda/mask.h) lives in the
 // warp-specialized Hopper kernels only (verified on an H100 on 2026-11-23: tests/test_gpu_masks.py
-// and the driver's "masks" mode). A call that would run the classic kernel with one is refused,
-// naming the argument.
-ffi::Error check_gpu_mask(const AttentionParams& p, bool backward) {
+// and the driver's "masks" mode): every forward kernel, and the backward's ws-rs. A backward that
+// would run the classic kernel with one is refused, naming the argument.
+ffi::Error check_gpu_bwd_mask(const AttentionParams& p) {
   const char* feature = nullptr;
   if (p.has_window) feature = "local_window_size";
   else if (p.q_seq_lengths != nullptr) feature = "query_seq_lengths/key_value_seq_lengths";
   else if (p.q_segment_ids != nullptr) feature = "query_segment_ids/key_value_segment_ids";
   else if (p.logits_soft_cap > 0.0f) feature = "logits_soft_cap";
-  if (feature == nullptr) return ffi::Error::Success();
-  const bool warp_specialized = backward ? bwd_uses_warp_specialized(p)
-                                         : fwd_uses_warp_specialized();
-  if (!warp_specialized) {
-    return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                      std::string("jax_dash: ") + feature +
-                          " needs the warp-specialized Hopper kernels (JAX_DASH_SM90_FWD=ws and "
-                          "JAX_DASH_SM90_BWD=ws-rs, the defaults), and a backward whose "
-                          "seq_q fits their shared-memory tables; got seq_q=" +
-                          std::to_string(p.seq_q));
-  }
-  return ffi::Error::Success();
+  if (feature == nullptr || bwd_uses_warp_specialized(p)) return ffi::Error::Success();
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    std::string("jax_dash: ") + feature +
+                        " needs the warp-specialized Hopper kernels (the default backward, ws-rs; "
+                        "not JAX_DASH_SM90_BWD=classic), and a backward whose seq_q fits their "
+                        "shared-memory tables; got seq_q=" + std::to_string(p.seq_q));
 }
 
 ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
@@ -130,7 +124,6 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           window_left,    window_right,    logits_soft_cap, has_seq_lengths,
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
-  if (ffi::Error e = check_gpu_mask(p, false); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (out->element_type() != q.element_type() ||
@@ -174,7 +167,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           window_left,    window_right,    logits_soft_cap, has_seq_lengths,
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
-  if (ffi::Error e = check_gpu_mask(p, true); e.failure()) return e;
+  if (ffi::Error e = check_gpu_bwd_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;

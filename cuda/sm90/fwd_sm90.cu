@@ -9,13 +9,14 @@
 // cores work while the softmax runs. KV tiles are visited last to first so the tiles that need
 // element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
 //
-// Warp-specialized variant (kWs, the default since its H100 run of 2026-11-23; the first kernel runs
-// with JAX_DASH_SM90_FWD=classic; stages F1 + F2 of the kernel plan, not in this repository): a third warpgroup, registers lowered to 24, issues every TMA
-// load; each K/V stage has an "empty" mbarrier that each math warp arrives on once its wgmma has
-// read the stage (K_j after S_j, V_j after P_j V_j), so no CTA-wide barrier runs in the loop; and
-// the math warpgroups (registers raised to 240 with two, 160 with three) take turns issuing
-// their wgmmas (one named barrier per warpgroup, "ping-pong" with two), so one warpgroup's
-// softmax runs while the others' wgmmas use the tensor cores. The arithmetic is the same as the default kernel's: the same bits.
+// Warp-specialized (stages F1 + F2 of the kernel plan, not in this repository): a third
+// warpgroup, registers lowered to 24, issues every TMA load; each K/V stage has an "empty" mbarrier
+// that each math warp arrives on once its wgmma has read the stage (K_j after S_j, V_j after
+// P_j V_j), so no CTA-wide barrier runs in the loop; and the math warpgroups (registers raised to
+// 240 with two, 160 with three) take turns issuing their wgmmas (one named barrier per warpgroup,
+// "ping-pong" with two), so one warpgroup's softmax runs while the others' wgmmas use the tensor
+// cores. (The first kernel, without a producer warpgroup, "classic", took 12-19% longer at 8k-16k
+// tokens on an H100 on 2026-11-23 and is deleted: maintainers/perf-notes.md.)
 #include <cuda_runtime.h>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -53,9 +54,8 @@ constexpr int kStages = 2;          // K/V shared-memory ring depth
 // kernel spilled (168 local loads in place of 26) and the sliding-window point's forward ran at
 // 232 TFLOP/s against 263 with two warpgroups (H100, 2026-11-24, call 4). A row's arithmetic does
 // not depend on the query tile, so the bits are the same.
-template <class Element, int kHeadDim, bool kWs_, bool kNarrowRows = false, bool kPersistent = false>
+template <class Element, int kHeadDim, bool kNarrowRows = false, bool kPersistent = false>
 struct FwdKernelTraits {
-  static constexpr bool kWs = kWs_;  // warp-specialized: producer warpgroup + ping-pong
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
   static constexpr int kBlockM =
       kNarrowRows ? std::min(kTiles.fwd_block_m, 128) : kTiles.fwd_block_m;
@@ -63,12 +63,12 @@ struct FwdKernelTraits {
   static constexpr int kWarpgroups = kBlockM / kWarpgroupRows;  // math warpgroups
   static constexpr int kMathThreads = kWarpgroups * kThreadsPerWarpgroup;
   static constexpr int kMathWarps = kMathThreads / 32;
-  static constexpr int kThreads = kMathThreads + (kWs ? kThreadsPerWarpgroup : 0);
+  static constexpr int kThreads = kMathThreads + kThreadsPerWarpgroup;  // + the producer
   static constexpr int kProducerRegisters = 24;
   // Two math warpgroups (128 query rows) take 240 registers each, three (192 rows, head_dim 64)
   // 160: 24 * 128 + 160 * 384 = 64512 of the SM's 65536.
   static constexpr int kMathRegisters = kWarpgroups == 2 ? 240 : 160;
-  static_assert(!kWs || kWarpgroups == 2 || kWarpgroups == 3,
+  static_assert(kWarpgroups == 2 || kWarpgroups == 3,
                 "the turn-taking is written for two or three math warpgroups");
   static_assert(kProducerRegisters * kThreadsPerWarpgroup + kMathRegisters * kMathThreads <= 65536,
                 "register file of one SM");
@@ -104,13 +104,13 @@ struct FwdKernelTraits {
                            GMMA::Major::MN>(),
       Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
 
-  // kTmaStoreO (warp-specialized, unmasked, head_dim <= 128): the epilogue writes O to shared
-  // memory, one 64-row slice per math warpgroup, and one thread of the warpgroup stores the slice
-  // with TMA (rows past seq_q are clipped by the copy engine). Head dim 256 has no room for it;
+  // kTmaStoreO (unmasked, head_dim <= 128): the epilogue writes O to shared memory, one 64-row
+  // slice per math warpgroup, and one thread of the warpgroup stores the slice with TMA (rows past
+  // seq_q are clipped by the copy engine). Head dim 256 has no room for it;
   // the persistent kernel at head_dim 64 (three math warpgroups) was 1-2.4% slower with it (H100,
   // 2026-11-25, ninth session call 1) and keeps the direct stores.
   static constexpr bool kTmaStoreO =
-      kWs && !kNarrowRows && kHeadDim <= 128 && !(kPersistent && kHeadDim == 64);
+      !kNarrowRows && kHeadDim <= 128 && !(kPersistent && kHeadDim == 64);
   using SmemLayoutOWg = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWarpgroupRows>, HeadDim>{}));
   // (BLK_M, D) over the warpgroups' slices, slice w holding rows [64 w, 64 w + 64).
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWg{}, Shape<BlockM, HeadDim>{}));
@@ -124,8 +124,8 @@ struct FwdKernelTraits {
     alignas(8) uint64_t bar_q;
     uint64_t bar_k[kStages];
     uint64_t bar_v[kStages];
-    uint64_t k_empty[kStages];  // kWs only: every math warp has read the K stage
-    uint64_t v_empty[kStages];  // kWs only: every math warp has read the V stage
+    uint64_t k_empty[kStages];  // every math warp has read the K stage
+    uint64_t v_empty[kStages];  // every math warp has read the V stage
     uint64_t q_empty;           // persistent only: every math warp is done with this tile's Q
   };
   // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
@@ -181,7 +181,7 @@ struct FwdKernelParams {
   float soft_cap;              // > 0: logits = cap * tanh(scale * q.k / cap)
 };
 
-// Named barriers of the turn-taking (kWs): math warpgroup w issues its wgmmas after a sync on
+// Named barriers of the turn-taking: math warpgroup w issues its wgmmas after a sync on
 // kTurnBarrier + w and hands the turn to the next one, (w + 1) % warpgroups, with an arrive. Each
 // barrier counts the two warpgroups that meet there (128 arriving, 128 waiting).
 constexpr int kTurnBarrier = 1;
@@ -194,7 +194,7 @@ constexpr int kEpilogueBarrier = 4;
 // kSegments (kMask only): the call has segment ids; its KV ranges are narrowed by segment-id
 // ranges and its tiles tested on them. Masked calls without segment ids run kSegments = false,
 // which has none of that code (it cost the window point 6-9% of its forward when it was there).
-// kPersistent (kWs only, JAX_DASH_SM90_FWD=ws-persistent; stage F4): one CTA per SM takes query
+// kPersistent (JAX_DASH_SM90_FWD=ws-persistent; stage F4): one CTA per SM takes query
 // tiles blockIdx.x, blockIdx.x + gridDim.x, ... (heaviest first, as the one-tile grid orders them);
 // the K/V stage ring and Q's barrier run on across tiles, and the math warps release Q (q_empty)
 // after a tile's last S = Q K^T, so the producer loads the next tile's Q and first K/V while the
@@ -203,16 +203,15 @@ constexpr int kEpilogueBarrier = 4;
 // kNarrow: the unmasked kernel with kNarrowRows' 128-row query tiles (head_dim 64, whose tile
 // table says 192): JAX_DASH_SM90_FWD=ws-persistent-narrow. A row's arithmetic does not depend on
 // the query tile: the same bits.
-template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent = false,
+template <class Element, int kHeadDim, bool kMask, bool kPersistent = false,
           bool kSegments = false, bool kNarrow = false>
 __global__ void __launch_bounds__(
-    FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>::kThreads, 1)
+    FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdKernelParams<
-               FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>> p) {
-  static_assert(!kPersistent || (kWs && !kMask), "the persistent loop is written for the unmasked "
-                                                 "warp-specialized kernel");
+               FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>> p) {
+  static_assert(!kPersistent || !kMask, "the persistent loop is written for the unmasked kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -342,17 +341,15 @@ __global__ void __launch_bounds__(
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(&smem.bar_k[s], 1);
       Barrier::init(&smem.bar_v[s], 1);
-      if constexpr (kWs) {
-        cutlass::arch::ClusterBarrier::init(&smem.k_empty[s], Traits::kMathWarps);
-        cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kMathWarps);
-      }
+      cutlass::arch::ClusterBarrier::init(&smem.k_empty[s], Traits::kMathWarps);
+      cutlass::arch::ClusterBarrier::init(&smem.v_empty[s], Traits::kMathWarps);
     }
     if constexpr (kPersistent) {
       cutlass::arch::ClusterBarrier::init(&smem.q_empty, Traits::kMathWarps);
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();  // the only CTA-wide barrier of the warp-specialized variant
+  __syncthreads();  // the only CTA-wide barrier
 
   // Iteration j of a tile's KV loop visits n_block = n_hi - 1 - j; K_j and V_j live in stage
   // (kv_base + j) % 2, kv_base counting the KV iterations of this CTA's earlier tiles (0 without
@@ -377,47 +374,45 @@ __global__ void __launch_bounds__(
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
     copy(p.tma_v.with(smem.bar_v[stage]), tma_v.partition_S(gV), tVsV(_, _, _, stage));
   };
-  if constexpr (kWs) {
-    if (threadIdx.x < kThreadsPerWarpgroup) {
-      // Producer warpgroup: one thread loads Q, then K_j and V_j into their stage as soon as every
-      // math warp has released the stage's previous tile (the first use of a stage passes at once);
-      // with kPersistent the next tile's Q once every math warp has released this one's.
-      warpgroup_registers_decrease<Traits::kProducerRegisters>();
-      // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
-      // shuffles: every lane takes part) and its first thread waits and issues the loads;
-      // otherwise that thread alone.
-      if (kSegments ? threadIdx.x < 32 : is_leader) {
-        int kv_base = 0, q_count = 0;
-        for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
-          const Tile t = tile_at(tile_index);
-          if (t.n_end == 0) return;
-          if (is_leader) {
-            if constexpr (kPersistent) {
-              if (q_count > 0) {
-                cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
-              }
-            }
-            load_q(t);
-            for (int j = 0; j < t.n_end; ++j) {
-              const int it = kv_base + j;
-              const int stage = it % kStages;
-              const int empty_phase = ((it / kStages) & 1) ^ 1;
-              cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
-              load_k(t, j, stage);
-              cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
-              load_v(t, j, stage);
+  if (threadIdx.x < kThreadsPerWarpgroup) {
+    // Producer warpgroup: one thread loads Q, then K_j and V_j into their stage as soon as every
+    // math warp has released the stage's previous tile (the first use of a stage passes at once);
+    // with kPersistent the next tile's Q once every math warp has released this one's.
+    warpgroup_registers_decrease<Traits::kProducerRegisters>();
+    // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
+    // shuffles: every lane takes part) and its first thread waits and issues the loads;
+    // otherwise that thread alone.
+    if (kSegments ? threadIdx.x < 32 : is_leader) {
+      int kv_base = 0, q_count = 0;
+      for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
+        const Tile t = tile_at(tile_index);
+        if (t.n_end == 0) return;
+        if (is_leader) {
+          if constexpr (kPersistent) {
+            if (q_count > 0) {
+              cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
             }
           }
-          if constexpr (kSegments) __syncwarp();
-          kv_base += t.n_end;
-          ++q_count;
-        });
-      }
-      return;
+          load_q(t);
+          for (int j = 0; j < t.n_end; ++j) {
+            const int it = kv_base + j;
+            const int stage = it % kStages;
+            const int empty_phase = ((it / kStages) & 1) ^ 1;
+            cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
+            load_k(t, j, stage);
+            cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
+            load_v(t, j, stage);
+          }
+        }
+        if constexpr (kSegments) __syncwarp();
+        kv_base += t.n_end;
+        ++q_count;
+      });
     }
-    warpgroup_registers_increase<Traits::kMathRegisters>();
+    return;
   }
-  const unsigned math_tid = kWs ? threadIdx.x - kThreadsPerWarpgroup : threadIdx.x;
+  warpgroup_registers_increase<Traits::kMathRegisters>();
+  const unsigned math_tid = threadIdx.x - kThreadsPerWarpgroup;
   // Broadcast from lane 0 so that ptxas knows the index is warp-uniform: branches and barrier ids
   // that depend on it then keep the warp provably converged. With the plain division, inside the
   // persistent kernel's tile loop ptxas built every wgmma descriptor in vector registers (four
@@ -425,12 +420,10 @@ __global__ void __launch_bounds__(
   // path in the ping-pong) and guarded the softmax's shuffles with a run-time convergence check.
   const int math_wg =
       __shfl_sync(0xffffffffu, static_cast<int>(math_tid / kThreadsPerWarpgroup), 0);
-  // kWs: this math warp is done reading a K or V stage (one arrive per warp).
+  // This math warp is done reading a K or V stage (one arrive per warp).
   auto release = [&](uint64_t* empty) JAX_DASH_INLINE {
-    if constexpr (kWs) {
-      __syncwarp();
-      if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
-    }
+    __syncwarp();
+    if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
   };
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;
@@ -472,15 +465,7 @@ __global__ void __launch_bounds__(
     const int64_t row_begin = tile.row_begin;
     const PolicyMask& policy = tile.policy;
     const int head = tile.head, batch = tile.batch;
-    if constexpr (!kWs) {
-      if (is_leader && n_end > 0) {
-        load_q(tile);
-        load_k(tile, 0, 0);
-        load_v(tile, 0, 0);
-        if (n_end > 1) load_k(tile, 1, 1);
-      }
-    }
-    // kWs turn-taking (ping-pong with two warpgroups, round robin with three): each math
+    // Turn-taking (ping-pong with two warpgroups, round robin with three): each math
     // warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations, epilogue). The first
     // warpgroup goes first (the last one's opening arrive); the last one's final hand-over is
     // skipped so that every arrive meets a sync (so the turns of each tile balance and the next
@@ -488,19 +473,15 @@ __global__ void __launch_bounds__(
     constexpr int kLastWg = Traits::kWarpgroups - 1;
     const int last_turn = n_end;
     auto turn_begin = [&]() JAX_DASH_INLINE {
-      if constexpr (kWs) named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
+      named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
     };
     auto turn_end = [&](int turn) JAX_DASH_INLINE {
-      if constexpr (kWs) {
-        if (!(math_wg == kLastWg && turn == last_turn)) {
-          const int next = math_wg == kLastWg ? 0 : math_wg + 1;
-          named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
-        }
+      if (!(math_wg == kLastWg && turn == last_turn)) {
+        const int next = math_wg == kLastWg ? 0 : math_wg + 1;
+        named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
       }
     };
-    if constexpr (kWs) {
-      if (math_wg == kLastWg && n_end > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);
-    }
+    if (math_wg == kLastWg && n_end > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);
     // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is complete.
     auto release_q_after = [&](int j) JAX_DASH_INLINE {
       if constexpr (kPersistent) {
@@ -580,7 +561,7 @@ __global__ void __launch_bounds__(
       for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
     };
 
-    // kWs, unmasked: the KV steps before `first` are hidden from every row of this warpgroup
+    // Unmasked: the KV steps before `first` are hidden from every row of this warpgroup
     // (causal: its 64 rows end before the tile's last ones, e.g. the first one or two warpgroups of
     // a 192-row tile at head_dim 64; any mask: rows past seq_q). The warpgroup still takes those
     // turns and releases their K and V stages, in the turn where it would have (K_t in turn t,
@@ -593,7 +574,7 @@ __global__ void __launch_bounds__(
     // computes every step (the kernel makes none: the warpgroup holding the tile's last valid row
     // has `first` 0); scripts/ws_protocol_model.py, with loads landing late, checks every one.
     int first = 0;
-    if constexpr (kWs && !kMask) {
+    if constexpr (!kMask) {
       const int64_t wg_row = row_begin + int64_t(math_wg) * kWarpgroupRows;
       if (wg_row >= p.seq_q) {
         first = n_end;
@@ -604,7 +585,7 @@ __global__ void __launch_bounds__(
     }
     if (n_end > 0) {
       Barrier::wait(&smem.bar_q, q_count & 1);
-      for (int t = 0; t < first; ++t) {  // skipped turns (kWs only)
+      for (int t = 0; t < first; ++t) {  // skipped turns
         // The turn's waits stay: a later parity wait of this warpgroup on a stage is then never
         // two phases ahead of it (without them, a warpgroup whose skipped steps covered a
         // stage's previous use could pass its wait on the stage's older phase: the model found
@@ -635,8 +616,6 @@ __global__ void __launch_bounds__(
         scores_to_p();
       }
     }
-    // K stage 0 is read by both warpgroups' S_0 before the leader refills it with K_2.
-    if constexpr (!kWs) __syncthreads();
 
     // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
     // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
@@ -648,44 +627,32 @@ __global__ void __launch_bounds__(
       softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
       issue_pv(iter - 1);
       turn_end(iter);
-      // Free now (every thread passed the barrier that ended the previous iteration): the K stage
-      // of K_{iter-1} and the V stage of V_{iter-2}; refill them with K_{iter+1} and V_iter, which
-      // are first needed one iteration later. Issued after this thread's wgmmas so that the TMA
-      // work does not delay them.
-      if (!kWs && is_leader) {
-        if (iter + 1 < n_end) load_k(tile, iter + 1, (iter + 1) % kStages);
-        load_v(tile, iter, iter % kStages);
-      }
       warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
       warpgroup_fence_operand(tSrS);
       release(&smem.k_empty[(kv_base + iter) % kStages]);
       release_q_after(iter);
       softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
       warpgroup_fence_operand(tSrS);
-      // Scheduling fence, a no-op wait: K_iter's phase has completed and no thread can refill that
-      // stage before the barrier below. Without a basic-block boundary here ptxas hoists the wgmma
-      // wait below to the top of the softmax's block (seen in the SASS with nvcc 13.0), which runs
-      // the whole softmax after P V instead of under it; the try-wait loop is such a boundary.
-      // (kWs: Q's barrier, whose only phase has completed: K_iter's stage may be refilled already.
-      // kPersistent: not Q's barrier either, which can be two phases on once every warp has
-      // released this tile's Q (a parity wait would then block for good); V_{iter-1}'s stage,
-      // whose phase this warp waited for in issue_pv and which cannot move before this warp's
-      // v_empty release below.)
+      // Scheduling fence, a no-op wait on a barrier phase that has completed. Without a
+      // basic-block boundary here ptxas hoists the wgmma wait below to the top of the softmax's
+      // block (seen in the SASS with nvcc 13.0), which runs the whole softmax after P V instead of
+      // under it; the try-wait loop is such a boundary. The one-tile kernel waits on Q's barrier,
+      // whose only phase has completed (not on K_iter's: the producer may have refilled that stage
+      // already). The persistent kernel not on Q's barrier either, which can be two phases on once
+      // every warp has released this tile's Q (a parity wait would then block for good), but on
+      // V_{iter-1}'s stage, whose phase this warp waited for in issue_pv and which cannot move
+      // before this warp's v_empty release below.
       if constexpr (kPersistent) {
         const int it = kv_base + iter - 1;
         Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
-      } else if constexpr (kWs) {
-        Barrier::wait(&smem.bar_q, q_count & 1);
       } else {
-        Barrier::wait(&smem.bar_k[iter % kStages], (iter / kStages) & 1);
+        Barrier::wait(&smem.bar_q, q_count & 1);
       }
       warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP_storage);
       release(&smem.v_empty[(kv_base + iter - 1) % kStages]);
       scores_to_p();
-      // Both warpgroups are done reading K_iter and V_{iter-1} before the leader refills them.
-      if constexpr (!kWs) __syncthreads();
     }
     if (n_end > 0) {
       turn_begin();
@@ -780,10 +747,10 @@ __global__ void __launch_bounds__(
   }
 }
 
-template <class Element, int kHeadDim, bool kWs, bool kMask, bool kPersistent, bool kSegments,
+template <class Element, int kHeadDim, bool kMask, bool kPersistent, bool kSegments,
           bool kNarrow = false>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kWs, kMask || kNarrow, kPersistent>;
+  using Traits = FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>;
   FwdKernelParams<Traits> p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
@@ -836,20 +803,18 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
 
-  auto kernel = fwd_kernel<Element, kHeadDim, kWs, kMask, kPersistent, kSegments, kNarrow>;
+  auto kernel = fwd_kernel<Element, kHeadDim, kMask, kPersistent, kSegments, kNarrow>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  if constexpr (kWs) {
-    // setmaxnreg moves registers between warpgroups inside the launch allocation: the math
-    // warpgroups' increase would wait forever if that allocation were smaller than the split.
-    cudaFuncAttributes attr{};
-    if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
-    constexpr int kNeeded = (Traits::kProducerRegisters * kThreadsPerWarpgroup +
-                             Traits::kMathRegisters * Traits::kMathThreads) /
-                            Traits::kThreads;
-    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  }
+  // setmaxnreg moves registers between warpgroups inside the launch allocation: the math
+  // warpgroups' increase would wait forever if that allocation were smaller than the split.
+  cudaFuncAttributes attr{};
+  if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
+  constexpr int kNeeded = (Traits::kProducerRegisters * kThreadsPerWarpgroup +
+                           Traits::kMathRegisters * Traits::kMathThreads) /
+                          Traits::kThreads;
+  if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
   int64_t grid = num_tiles;
   if constexpr (kPersistent) {
     // One CTA per SM (the math warps' 240 or 160 registers allow no second), each
@@ -865,21 +830,21 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <bool kWs, bool kMask, bool kPersistent = false, bool kSegments = false>
+template <bool kMask, bool kPersistent = false, bool kSegments = false>
 cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
   using Bf16 = cutlass::bfloat16_t;
   using Half = cutlass::half_t;
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
     case 64:
-      return bf16 ? launch_fwd<Bf16, 64, kWs, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 64, kWs, kMask, kPersistent, kSegments>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 64, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 64, kMask, kPersistent, kSegments>(p, stream);
     case 128:
-      return bf16 ? launch_fwd<Bf16, 128, kWs, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 128, kWs, kMask, kPersistent, kSegments>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 128, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 128, kMask, kPersistent, kSegments>(p, stream);
     case 256:
-      return bf16 ? launch_fwd<Bf16, 256, kWs, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 256, kWs, kMask, kPersistent, kSegments>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 256, kMask, kPersistent, kSegments>(p, stream)
+                  : launch_fwd<Half, 256, kMask, kPersistent, kSegments>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -894,31 +859,30 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
-  // The mask policy is in the one-tile warp-specialized kernel only (the handler checks).
+  // The mask policy is in the one-tile kernel only, whatever the variable asks for.
   // Rows with segment ids take the instantiation that carries their code (kSegments).
   if (needs_masked_kernels(p)) {
-    if (!fwd_uses_warp_specialized()) return cudaErrorInvalidValue;
-    return p.q_segment_ids != nullptr ? dispatch_fwd<true, true, false, true>(p, stream)
-                                      : dispatch_fwd<true, true>(p, stream);
+    return p.q_segment_ids != nullptr ? dispatch_fwd<true, false, true>(p, stream)
+                                      : dispatch_fwd<true>(p, stream);
   }
   if (fwd_uses_narrow(p)) {
     using Bf16 = cutlass::bfloat16_t;
     using Half = cutlass::half_t;
     return p.dtype == DType::kBFloat16
-               ? launch_fwd<Bf16, 64, true, false, true, false, true>(p, stream)
-               : launch_fwd<Half, 64, true, false, true, false, true>(p, stream);
+               ? launch_fwd<Bf16, 64, false, true, false, true>(p, stream)
+               : launch_fwd<Half, 64, false, true, false, true>(p, stream);
   }
-  if (fwd_uses_persistent(p)) return dispatch_fwd<true, false, true>(p, stream);
-  return fwd_uses_warp_specialized() ? dispatch_fwd<true, false>(p, stream)
-                                     : dispatch_fwd<false, false>(p, stream);
+  if (fwd_uses_persistent(p)) return dispatch_fwd<false, true>(p, stream);
+  return dispatch_fwd<false>(p, stream);
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
 // kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; with 128-row tiles,
 // ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise; "ws":
 // the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a mask
-// beyond causal runs "ws"'s masked kernel either way); "classic". All give the same bits, so the
-// choice by length changes no result.
+// beyond causal runs "ws"'s masked kernel either way); "ws-persistent-narrow": the persistent one
+// with 128-row tiles at head_dim 64 (ws-persistent elsewhere) at every length. All give the same
+// bits, so the choice by length changes no result.
 // The cut (H100, kernel-only): the persistent kernel was 2.1-7.3% faster than ws at 2k-4k tokens
 // (round 8 call 4; it hides each tile's prologue and epilogue under the previous tile) and level
 // at 8k. Causal at head_dim 128 needed heavy/light tile pairs to get there (ninth session call 1:
@@ -932,25 +896,18 @@ constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed again
 // multiple of the 128-key tile), causal 2k +6.9%, 4k +5.8%, full 512 +4.8%, 1k +0.3%, 2k +9.0%
 // (two math warpgroups leave the tensor cores waiting on the 64-column softmax).
 constexpr int64_t kNarrowMaxSeqKv = 1024;
-enum class FwdKernel { kAuto, kWs, kWsPersistent, kWsPersistentNarrow, kClassic, kInvalid };
+enum class FwdKernel { kAuto, kWs, kWsPersistent, kWsPersistentNarrow, kInvalid };
 FwdKernel requested_fwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_FWD");
   if (v == nullptr || *v == '\0') return FwdKernel::kAuto;
   if (std::strcmp(v, "ws") == 0) return FwdKernel::kWs;
   if (std::strcmp(v, "ws-persistent") == 0) return FwdKernel::kWsPersistent;
   if (std::strcmp(v, "ws-persistent-narrow") == 0) return FwdKernel::kWsPersistentNarrow;
-  if (std::strcmp(v, "classic") == 0) return FwdKernel::kClassic;
   return FwdKernel::kInvalid;
 }
 }  // namespace
 
 bool fwd_kernel_valid() { return requested_fwd_kernel() != FwdKernel::kInvalid; }
-
-bool fwd_uses_warp_specialized() {
-  const FwdKernel k = requested_fwd_kernel();
-  return k == FwdKernel::kAuto || k == FwdKernel::kWs || k == FwdKernel::kWsPersistent ||
-         k == FwdKernel::kWsPersistentNarrow;
-}
 
 // The persistent kernel with 128-row query tiles at head_dim 64 (elsewhere the tile table's rows
 // are already at most 128, and ws-persistent-narrow runs ws-persistent): on request, and by

@@ -12,20 +12,19 @@ namespace jax_dash::sm90 {
 
 // Which kernels run is read from the environment at each call:
 //   JAX_DASH_SM90_FWD  unset or empty (the default): ws-persistent up to 4096 keys at head_dim
-//                      64 and 128, ws otherwise;
+//                      64 and 128 (ws-persistent-narrow for causal calls of up to 1024 keys at
+//                      64), ws otherwise;
 //                      ws: producer warpgroup, ping-pong math warpgroups, one query tile per CTA;
-//                      ws-persistent: the same looping over tiles (one CTA per SM); classic: the
-//                      first kernel. All give the same bits.
+//                      ws-persistent: the same looping over tiles (one CTA per SM);
+//                      ws-persistent-narrow: ws-persistent with 128-row query tiles at head_dim 64.
+//                      All give the same bits.
 //   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
-//                      registers; ws: the same with every product from shared memory; classic:
-//                      bwd_main.cuh; ws-rs2 (two dQ buffers), ws-rs-async (releaser warp). The
-//                      warp-specialized ones give the same bits, classic another version. A query
-//                      too long for the warp-specialized kernel's shared memory runs classic.
+//                      registers; classic: bwd_main.cuh, another bits version, which a query too
+//                      long for ws-rs's shared-memory tables runs whatever the variable says.
 // kernel_selection_error(): empty if both variables are valid, else a message naming the variable
 // and the values allowed (the handlers return it before enqueuing anything).
 std::string kernel_selection_error();
 bool fwd_kernel_valid();
-bool fwd_uses_warp_specialized();
 bool fwd_uses_persistent(const AttentionParams& p);  // this call runs ws-persistent
 bool fwd_uses_narrow(const AttentionParams& p);  // ... with 128-row tiles (head_dim 64)
 

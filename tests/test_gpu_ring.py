@@ -128,7 +128,6 @@ ACCUMULATE_CASES = [
     (256, True, 4, None, None),
     (128, True, 2, "classic", None),    # bwd_main.cuh: store_dk_dv, element-wise dQ postprocess
     (128, False, 4, "classic", None),
-    (128, True, 2, "ws-rs2", None),
     (128, True, 2, None, (96, 0)),      # masked instantiation: its direct store_dk_dv (GQA)
     (128, False, 4, None, (96, 32)),    # ... and without GQA
 ]

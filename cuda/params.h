@@ -125,10 +125,12 @@ struct BwdWorkspaceLayout {
   // The unit tables of the sm90 warp-specialized backward (filled by bwd_preprocess_kernel, the
   // same for every head and batch row): a KV tile's number of steps, its visit order and the
   // tickets of its steps. Not scaled by batch, and quadratic in the sequence (8 * Nq * Nkv bytes),
-  // so they are laid out only while they stay within 1/16 of dQ's float32 accumulator
-  // (unit_tables; about seq_kv <= 32k x batch x heads): a long sequence over few heads has none,
-  // and the sm90 backward then runs its masked instantiation, which builds each unit's tables in
-  // the kernel (bwd_launch.cu). Empty regions otherwise.
+  // so they are laid out only while they stay within 1/4 of dQ's float32 accumulator
+  // (unit_tables; about seq_kv <= 128k x batch x heads at head_dim 128): a long sequence over few
+  // heads has none, and the sm90 backward then runs its masked instantiation, which builds each
+  // unit's tables in the kernel (bwd_launch.cu), with the same bits but ~13% slower (4 heads of
+  // 128k tokens, H200, 2026-11-26; the bound was 1/16 before, which left the ring's head groups
+  // without tables). Empty regions otherwise.
   bool unit_tables;
   int64_t unit_steps;   // [Nkv]
   int64_t unit_visit;   // [Nkv, Nq]: entry (n, s) = the s-th Q tile of KV tile n (s < steps[n])
@@ -167,7 +169,7 @@ JAX_DASH_HD inline BwdWorkspaceLayout bwd_workspace_layout(int64_t batch, int64_
   off += batch;
   w.tile_segments = off;
   off += batch * (nq + nkv) * 2;
-  w.unit_tables = 16 * (nkv + 2 * nkv * nq) <= batch * num_heads * rows_q * head_dim;
+  w.unit_tables = 4 * (nkv + 2 * nkv * nq) <= batch * num_heads * rows_q * head_dim;
   const int64_t table_rows = w.unit_tables ? nkv : 0;
   w.unit_steps = off;
   off += table_rows;

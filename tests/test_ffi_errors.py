@@ -234,14 +234,16 @@ def test_mask_operands_and_attributes(call, message):
 
 def test_unit_tables_only_where_they_stay_small():
     """The backward workspace's unit tables (quadratic in the sequence, shared by every head) are
-    laid out only while they stay within 1/16 of dQ's float32 accumulator: about seq_kv <= 32k x
-    batch x heads. Without them the workspace is smaller by exactly their size."""
+    laid out only while they stay within 1/4 of dQ's float32 accumulator: about seq_kv <= 128k x
+    batch x heads at head_dim 128. Without them the workspace is smaller by exactly their size."""
     has, size = _ffi._ext.bwd_has_unit_tables, _ffi._ext.bwd_workspace_size
     assert has(8, 2048, 2048, 16, 16, 128) and has(1, 131072, 131072, 16, 16, 128)
-    assert not has(1, 640, 40_000, 1, 1, 128)
-    assert has(1, 640, 40_000, 2, 2, 128)  # twice the heads: twice the accumulator
+    assert has(1, 131072, 131072, 4, 4, 128)  # the ring's head groups at 128k per device
+    assert has(1, 640, 40_000, 1, 1, 128)
+    assert not has(1, 640, 160_000, 1, 1, 128)
+    assert has(1, 640, 160_000, 2, 2, 128)  # twice the heads: twice the accumulator
     assert not has(1, 1_000_000, 1_000_000, 1, 1, 64)
-    # 640 query rows at 64 a tile, 40000 keys at 128 a tile: 10 x 313 tiles.
-    nq, nkv = 10, 313
-    assert size(1, 640, 40_000, 1, 1, 128)[1] + nkv + 2 * nq * nkv == \
-        size(1, 640, 40_000, 2, 2, 128)[1] - 10  # the second head's dq semaphores
+    # 640 query rows at 64 a tile, 160000 keys at 128 a tile: 10 x 1250 tiles.
+    nq, nkv = 10, 1250
+    assert size(1, 640, 160_000, 1, 1, 128)[1] + nkv + 2 * nq * nkv == \
+        size(1, 640, 160_000, 2, 2, 128)[1] - 10  # the second head's dq semaphores

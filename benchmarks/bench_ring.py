@@ -11,7 +11,7 @@ Every part runs in a fresh worker process (so that each peak memory starts from 
 1. correctness (``--check-seq`` tokens, causal and full, MHA and GQA): ``ring_attention`` in
    ``shard_map`` (contiguous and zigzag) and ``jax.jit(jax_dash.attention)`` on sequence-sharded
    inputs (the partitioning rule's ring), forward and gradients against the op on one device;
-   every path ``--repeats`` times bitwise against its first run; the jit path's compiled program
+   every path ``--check-repeats`` times bitwise against its first run; the jit path's compiled program
    must hold ``collective-permute`` and no ``all-gather`` of the sequence, and give the bits of
    ``ring_attention`` (contiguous), as docs/determinism.md promises; and the zigzag ring run in
    two head groups (``jax_dash.ring._HEAD_GROUPS = 2``) must give the bits of the ring run in one;
@@ -74,7 +74,10 @@ def _parse_args(argv=None):
     parser.add_argument("--mask", choices=("causal", "full"), default="causal")
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--schedule", default="auto")
-    parser.add_argument("--repeats", type=int, default=20, help="runs compared bitwise")
+    parser.add_argument("--repeats", type=int, default=20,
+                        help="runs of each timed ring compared bitwise")
+    parser.add_argument("--check-repeats", type=int, default=20,
+                        help="runs of each correctness path compared bitwise")
     parser.add_argument("--timed", type=int, default=10, help="timed runs (median)")
     parser.add_argument("--check-seq", type=int, default=8192,
                         help="global length of the correctness part (0: skip it)")
@@ -92,6 +95,7 @@ def _parse_args(argv=None):
         args.ring_sizes = args.ring_sizes or "2,4"
         args.check_seq, args.check_heads = min(args.check_seq, 256) or 0, 4
         args.repeats, args.timed = min(args.repeats, 3), min(args.timed, 2)
+        args.check_repeats = min(args.check_repeats, 3)
     try:
         args.seq_list = [int(s) for s in args.seqs.split(",") if s]
     except ValueError:
@@ -286,9 +290,9 @@ def run_correctness(config: dict) -> list[dict]:
                             hlo.count("collective-permute(")
                         row["all_gathers"] = hlo.count("all-gather-start") + hlo.count("all-gather(")
                     first = jax.block_until_ready(fn(*placed))
-                    row["repeats"] = config["repeats"]
+                    row["repeats"] = config["check_repeats"]
                     row["repeats_not_bitwise"] = sum(
-                        not bool(same(fn(*placed), first)) for _ in range(config["repeats"]))
+                        not bool(same(fn(*placed), first)) for _ in range(config["check_repeats"]))
                     natural = [jax.device_put(ring.unzigzag(x, size) if zig else x, devices[0])
                                for x in first]
                     results[path] = natural
@@ -542,6 +546,7 @@ def main(argv=None) -> int:
     if args.check_seq:
         correctness = _in_worker("correctness", {**common, "ring_size": largest,
                                                  "check_seq": args.check_seq,
+                                                 "check_repeats": args.check_repeats,
                                                  "check_heads": args.check_heads})
     singles, results = [], []
     for seq in args.seq_list:

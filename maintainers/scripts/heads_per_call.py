@@ -3,6 +3,8 @@ backward (one GPU, bf16, head_dim 128) on the block shapes the ring's steps run 
 ring's head groups), with 16 heads in one call against the same work as 4 calls of 4 heads.
 
     python maintainers/scripts/heads_per_call.py [local_tokens ...]   (default 131072 65536)
+    python maintainers/scripts/heads_per_call.py --split [local_tokens ...]  (forward, backward
+                                                                           apart, per schedule)
 """
 import functools
 import sys
@@ -32,7 +34,31 @@ def program(is_causal):
     return jax.jit(run)
 
 
+def split_timing(local):
+    """The forward alone and the backward alone (a VJP on precomputed residuals) of the full
+    block at ``local`` tokens, 16 heads against 4 x 4 heads, and each schedule's backward."""
+    for schedule in ("auto", "descending", "shift", "symmetric_shift"):
+        ms = {}
+        for heads in (16, 4):
+            key = jax.random.split(jax.random.PRNGKey(0), 4)
+            q, k, v, dout = (jax.random.normal(kk, (1, local, heads, 128), jnp.bfloat16)
+                             for kk in key)
+            fn = functools.partial(jax_dash.attention, schedule=schedule)
+            fwd = jax.jit(lambda q, k, v: jax.vjp(fn, q, k, v))
+            out, vjp = fwd(q, k, v)
+            bwd = jax.jit(lambda vjp, d: vjp(d))
+            ms[heads] = (timed(jax.jit(fn), (q, k, v)) * 1e3, timed(bwd, (vjp, dout)) * 1e3)
+            del q, k, v, dout, out, vjp
+        print(f"{local:>7} full {schedule:>16}: forward {ms[16][0]:8.2f} / {4 * ms[4][0]:8.2f} "
+              f"({4 * ms[4][0] / ms[16][0]:.3f}), backward {ms[16][1]:8.2f} / {4 * ms[4][1]:8.2f} "
+              f"({4 * ms[4][1] / ms[16][1]:.3f})", flush=True)
+
+
 def main():
+    if sys.argv[1:2] == ["--split"]:
+        for local in [int(x) for x in sys.argv[2:]] or [131072]:
+            split_timing(local)
+        return
     lengths = [int(x) for x in sys.argv[1:]] or [131072, 65536]
     print(f"{jax.devices()[0].device_kind}; ms of forward + backward; 'x4' = 4 calls of 4 heads")
     print(f"{'local':>7} {'step':>16} {'16 heads':>9} {'4 x 4 heads':>11} {'ratio':>6}")

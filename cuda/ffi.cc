@@ -9,6 +9,7 @@
 #include "cuda/cpu/attention_cpu.h"
 #include "cuda/ffi_common.h"
 #include "cuda/params.h"
+#include "cuda/dropout_py.h"
 #include "cuda/schedule_py.h"
 #include "cuda/segment_sum.h"
 #include "cuda/sm90/handlers.h"
@@ -272,4 +273,5 @@ NB_MODULE(_jax_dash, m) {
       "whether the backward workspace holds the unit tables (else the Hopper backward runs its "
       "masked instantiation, which builds them in the kernel)");
   jax_dash::bind_schedules(m);
+  jax_dash::bind_dropout(m);
 }

@@ -12,8 +12,8 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
+#include "cuda/sm90/bwd/kernel.cuh"
 #include "cuda/sm90/bwd_main.cuh"
-#include "cuda/sm90/bwd_main_ws.cuh"
 #include "cuda/sm90/bwd_postprocess.cuh"
 #include "cuda/sm90/bwd_preprocess.cuh"
 #include "cuda/sm90/launch.h"

@@ -1,0 +1,118 @@
+// The dQ writer warp of the sm90 warp-specialized backward: adds each step's dQ partial into
+// dq_accum in ticket order.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/scheduler.cuh"
+#include "cuda/sm90/bwd/trace.cuh"
+#include "cuda/sm90/bwd/traits.cuh"
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+// ---- dQ writer warp -----------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage& smem,
+                                             const int32_t* visit_m,
+                                             const int32_t* visit_ticket) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  const AttentionParams& p = P.p;
+  const bool deterministic = P.sp.schedule != Schedule::kAtomic;
+  const bool leader = cute::elect_one_sync();
+  const int64_t rows_q = static_cast<int64_t>(P.sp.num_q_tiles) * kBlockM;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  float* dq_accum = p.workspace_f32 + ws.dq_accum;
+  int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
+  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+  int q_iter = 0;  // kdQInStage: steps so far (all units), as the producer counts them
+
+  WsUnit u;
+  while (published_unit(P, smem, &u)) {
+    const int num_steps = u.num_steps;
+    // The buffers are free for the unit's first steps (the previous unit's reductions were waited
+    // for).
+    if constexpr (!Traits::kdQInStage) {
+      for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
+        named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
+    }
+    for (int s = 0; s < num_steps; ++s, ++q_iter) {
+      // kdQInStage: the stage's barrier; otherwise the buffer's.
+      const int buf = Traits::kdQInStage ? q_iter % Traits::kStages
+                                         : (Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages);
+      const int m = visit_m[s];
+      int32_t* sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m;
+      // Wait for the ticket first: the spin overlaps the math warpgroups' work on this step.
+      if (deterministic && leader) {
+        const long long t0 = tracer.start();
+        spin_until_equal(sem, visit_ticket[s]);
+        tracer.stop(kTraceWriterWaitTicket, t0);
+        fence_async_global();  // the bulk reduction below is ordered after the acquire
+      }
+      __syncwarp();
+      const long long t_full = tracer.start();
+      named_barrier_sync(dq_full_barrier(buf), Traits::kdQThreads);
+      tracer.stop(kTraceWriterWaitdQFull, t_full);
+      const long long t_reduce = tracer.start();
+      if (leader) {
+        float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
+                                  static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+        // The first contribution (ticket 0, dq_first_store) is stored: dq_accum was not zeroed.
+        const bool store = P.dq_first_store && visit_ticket[s] == 0;
+        auto put = [&](float* dst, const float* src, uint32_t bytes) JAX_DASH_INLINE {
+          if (store) {
+            bulk_store_f32(dst, src, bytes);
+          } else {
+            bulk_reduce_add_f32(dst, src, bytes);
+          }
+        };
+        if constexpr (Traits::kdQInStage) {
+          // The partial's first half lies in the stage's Q buffer, the second in its dO buffer.
+          constexpr uint32_t kHalf = Traits::kdQBytes / 2;
+          put(tile, reinterpret_cast<const float*>(smem.q[buf]), kHalf);
+          put(tile + Traits::kdQFloats / 2, reinterpret_cast<const float*>(smem.dout[buf]),
+              kHalf);
+        } else {
+          put(tile, smem.dq[buf], Traits::kdQBytes);
+        }
+        bulk_commit_group();
+        bulk_wait_group_read_all();
+        // kdQInStage: the stage is read; the producer may load a later step's Q/dO into it.
+        if constexpr (Traits::kdQInStage) cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[buf]);
+      }
+      __syncwarp();
+      tracer.stop(kTraceWriterWaitReduce, t_reduce);
+      if (!Traits::kdQInStage && s + Traits::kdQStages < num_steps) {
+        named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
+      }
+      if (leader) {
+        // Release only once the adds are complete in global memory (not merely read from shared
+        // memory): the next ticket holder's adds must land after ours.
+        const long long t_complete = tracer.start();
+        bulk_wait_group_all();
+        tracer.stop(kTraceWriterComplete, t_complete);
+        if (deterministic) {
+          const long long t_release = tracer.start();
+          fence_async_global();
+          red_release_gpu_add(sem, 1);
+          tracer.stop(kTraceWriterRelease, t_release);
+        }
+      }
+      __syncwarp();
+    }
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
+  }
+  if (leader) bulk_wait_group_all();
+}
+
+}  // namespace jax_dash::sm90::bwd

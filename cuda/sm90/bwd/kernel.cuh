@@ -1,0 +1,126 @@
+// Warp-specialized backward main kernel for sm90, the default backward ("ws-rs"; stages S1-S3 of
+// the kernel plan; maintainers/perf-notes.md).
+//
+// Same work items, visit orders, tickets and tile products as bwd_main.cuh (whose traits it reuses
+// for the MMA types and shared-memory layouts), with the work split by role:
+//
+//   warpgroup 0 ("service", registers lowered to kServiceRegisters)
+//     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
+//             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
+//     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
+//             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
+//             asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk copy,
+//             dq_accum being unzeroed), frees the buffer once it has been read (dQEmpty), waits for
+//             the reduction to complete in global memory, then releases the ticket. With two dQ
+//             buffers (kdQStages: head_dim 64) step s uses buffer s % 2 and its own barrier pair.
+//             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
+//             the writer, once it has read it, frees the stage for the producer (q_empty).
+//     warps 2-3  exit.
+//   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
+//             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
+//             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
+//
+// A unit's visit order and tickets come from the unit tables that bwd_preprocess_kernel fills once
+// per call (one row per KV tile, the same for every head): the math copies the unit's row into
+// shared memory at its start. The masked instantiation builds its own where rows have lengths or
+// segment ids (visible_unit_tables) or where the workspace has no tables (params.h unit_tables).
+// A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
+// first math thread, in increasing global item order, only after every role has finished the
+// previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
+// at a time, exactly as in bwd_main.cuh, so the deadlock argument of cuda/schedule.h applies
+// unchanged. Inside a CTA every wait points to an earlier step of the same unit.
+//
+// dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
+// accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
+// k * 256 + t. The bulk reduction then adds one contiguous block per step and the smem stores are
+// conflict-free; bwd_postprocess_dq_fragment_kernel maps it back to rows and columns.
+//
+// dV += P^T dO and dK += dS^T Q take their A operand from registers (stage S3: the 16-bit P^T and
+// dS^T in the S^T/dP^T accumulator layout, which is the layout of a register A fragment), so P^T
+// never goes through shared memory; dS^T still does, for dQ. Issue order dV (before the math
+// barrier), dQ, dK. (The variant with every product from shared memory, "ws", was 4-21% slower and
+// is deleted: maintainers/perf-notes.md.)
+//
+// Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
+// P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
+// bwd_main.cuh), so the gradients are a different bits version from bwd_main.cuh's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/sm90/bwd/dq_writer.cuh"
+#include "cuda/sm90/bwd/mainloop.cuh"
+#include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/producer.cuh"
+#include "cuda/sm90/bwd/trace.cuh"
+#include "cuda/sm90/bwd/traits.cuh"
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_main_ws_kernel(const __grid_constant__ WsParams<Traits> P) {
+  using SharedStorage = typename Traits::SharedStorage;
+  extern __shared__ char smem_raw[];
+  // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
+  // bwd_main.cuh).
+  const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
+  const uint32_t smem_pad =
+      (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw + smem_pad);
+  int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
+  int32_t* visit_ticket = visit_m + P.sp.num_q_tiles;
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+    for (int s = 0; s < Traits::kStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
+      // kdQInStage: the writer frees a stage (one arrival), else every math warp.
+      cutlass::arch::ClusterBarrier::init(&smem.q_empty[s],
+                                          Traits::kdQInStage ? 1 : Traits::kMathWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(P.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
+    if (tma_dkv_epilogue(P.p)) {
+      cute::prefetch_tma_descriptor(P.tma_dk.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(P.tma_dv.get_tma_descriptor());
+    }
+  }
+  __syncthreads();  // the only CTA-wide barrier: barriers initialised
+
+  if (warp < 4) {
+    warpgroup_registers_decrease<Traits::kServiceRegisters>();
+    if (warp == 0) ws_producer<Traits>(P, smem, visit_m);
+    else if (warp == 1) ws_dq_writer<Traits>(P, smem, visit_m, visit_ticket);
+  } else {
+    warpgroup_registers_increase<Traits::kMathRegisters>();
+    ws_math<Traits>(P, smem, visit_m, visit_ticket);
+  }
+  if (P.trace != nullptr) {
+    // Each role's representative thread wrote only its own slots, and every role has passed the
+    // last unit barrier; the math warpgroups (the last to finish) publish the counters.
+    if (warp >= 4) {
+      named_barrier_sync(kMathBarrier, Traits::kMathThreads);
+      if (threadIdx.x == 128) {
+        for (int i = 0; i < kWsTraceSlots; ++i)
+          P.trace[static_cast<int64_t>(blockIdx.x) * kWsTraceSlots + i] = smem.trace[i];
+      }
+    }
+  }
+}
+
+}  // namespace jax_dash::sm90::bwd

@@ -1,0 +1,468 @@
+// The math warpgroups of the sm90 warp-specialized backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/bwd/epilogue.cuh"
+#include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/scheduler.cuh"
+#include "cuda/sm90/bwd/trace.cuh"
+#include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/bwd/unit_tables.cuh"
+#include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/softmax.cuh"  // exp2_ftz
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+// Every value of a dQ partial as zero_plus(x): what it must be when it is stored as a Q tile's
+// first contribution (WsParams::dq_first_store) instead of added into a zero.
+template <class Frag>
+__device__ __forceinline__ void zero_plus_all(Frag& f) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(f); ++i) f(i) = zero_plus(f(i));
+}
+
+// Issues a wgmma chain C (+)= A B with A in registers; the caller waits with warpgroup_wait and
+// must not change A's registers before then.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void gemm_rs(TiledMma& mma, TA& tA, TB const& tB, TC& tC) {
+  warpgroup_fence_operand(tA);
+  warpgroup_fence_operand(tC);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(tA); ++k) {
+    cute::gemm(mma, tA(_, _, k), tB(_, _, k), tC);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(tC);
+  warpgroup_fence_operand(tA);
+}
+
+// ---- math warpgroups ----------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem,
+                                        int32_t* visit_m, int32_t* visit_ticket) {
+  using Element = typename Traits::Element;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kMathThreads = Traits::kMathThreads;
+  const AttentionParams& p = P.p;
+  const ScheduleProblem& sp = P.sp;
+  const int tid = threadIdx.x - 128;  // 0..255 within the math warpgroups
+  const bool deterministic = sp.schedule != Schedule::kAtomic;
+  const float scale = *p.scale_ptr;  // read once: a device pointer (AttentionParams)
+  const float scale_log2 = scale * kLog2e;
+  // The mask beyond causal and seq_kv (cuda/mask.h; issue 13, first run on an H100 2026-11-23):
+  // a window, lengths or segment ids. The items, visits and tickets already
+  // follow the band (make_schedule_problem); lengths and segments only hide elements.
+  const bool ext_mask = Traits::kMask && has_mask_policy(p);
+  // Lengths or segment ids can hide whole tile pairs of the band: those steps are left out.
+  const bool drop_hidden = Traits::kMask && (p.q_seq_lengths != nullptr ||
+                                             p.kv_seq_lengths != nullptr ||
+                                             p.q_segment_ids != nullptr);
+  const float soft_cap = Traits::kMask ? p.logits_soft_cap : 0.f;
+  const float scale_over_cap = soft_cap > 0.f ? scale / soft_cap : 0.f;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  int32_t* item_counter = p.workspace_i32 + ws.item_counter;
+  // The unit tables (bwd_preprocess_kernel's, read-only here).
+  const int32_t* unit_steps = p.workspace_i32 + ws.unit_steps;
+  const int32_t* unit_visit = p.workspace_i32 + ws.unit_visit;
+  const int32_t* unit_ticket = p.workspace_i32 + ws.unit_ticket;
+  const SegmentRange* tile_segments =
+      reinterpret_cast<const SegmentRange*>(p.workspace_i32 + ws.tile_segments);
+
+  Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});   // (Bn, d)
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});  // (d, Bn)
+
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  // kSplitD: each warpgroup computes the whole S^T / dP^T tile as its own 128 threads.
+  auto thr_sdp = mma_sdp.get_thread_slice(tid % Traits::kSdPThreads);
+  const bool first_warpgroup = tid < 128;
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  // kSplitD: the two 64-column halves of this warpgroup's dQ (TiledMmadQHalf), B = K^T rows
+  // [128 w + 64 h, +64) of the (d, Bn) view.
+  typename Traits::TiledMmadQHalf mma_dq_half;
+  auto thr_dq_half = mma_dq_half.get_thread_slice(tid % 128);
+  const int dq_block0 = 2 * (tid / 128);
+  Tensor tdQrKt0 = thr_dq_half.partition_fragment_B(
+      local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0, _0{})));
+  Tensor tdQrKt1 = thr_dq_half.partition_fragment_B(
+      local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0 + 1, _0{})));
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
+  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
+  Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
+  Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
+  Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<BlockM, HeadDim>{});
+  static_assert(decltype(size(tdQrdQ))::value == Traits::kdQFloatsPerThread);
+
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
+  Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
+  const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
+  const long long t_begin = tracer.start();
+
+  int64_t item = -1;
+  int kv = 0;
+  int q_iter = 0;
+  int kv_loads = 0;
+  while (true) {
+    const long long t_unit = tracer.start();
+    // Fetch the next unit: the rest of this item, else the next untaken item (in-order fetch).
+    if (tid == 0) {
+      const bool same_item =
+          item >= 0 && kv + 1 < item_num_kv_tiles(sp, static_cast<int>(item % items_per_head(sp)));
+      const int64_t next = same_item ? item : static_cast<int64_t>(atomicAdd(item_counter, 1));
+      smem.unit_item = next;
+      smem.unit_kv = same_item ? kv + 1 : 0;
+    }
+    named_barrier_sync(kMathBarrier, kMathThreads);
+    item = smem.unit_item;
+    kv = smem.unit_kv;
+    tracer.stop(kTraceMathFetch, t_unit);
+    const long long t_tables = tracer.start();
+    const bool done = item >= P.total_items;
+    WsUnit u{};
+    int num_steps = 0;
+    if (!done) {
+      u = read_unit(sp, item, kv, 0);
+      // Visit order and tickets of this unit go to shared memory: the producer, the writer and
+      // the math read them at every step.
+      if (drop_hidden) {
+        num_steps = visible_unit_tables<kBlockM, kBlockN, kMathThreads>(
+            p, sp, u, tid, deterministic, tile_segments, visit_m, visit_ticket,
+            &smem.unit_num_steps);
+      } else if (Traits::kMask && !ws.unit_tables) {
+        // No unit tables in the workspace (a long sequence over few heads): this unit's, from
+        // cuda/schedule.h (only the masked instantiation runs without them: bwd_launch.cu).
+        num_steps = q_visit_count(sp, u.head_linear, u.n);
+        for (int s = tid; s < num_steps; s += kMathThreads) {
+          const int visit = q_visit_tile(sp, u.head_linear, u.n, s);
+          visit_m[s] = visit;
+          visit_ticket[s] = deterministic ? dq_ticket(sp, u.head_linear, visit, u.n) : 0;
+        }
+        if (tid == 0) smem.unit_num_steps = num_steps;
+      } else {
+        // The row of KV tile n of the unit tables (the same for every head), copied whole: the
+        // loads do not wait for the step count (entries past it are never read).
+        const int64_t row = static_cast<int64_t>(u.n) * sp.num_q_tiles;
+        num_steps = __ldg(unit_steps + u.n);
+        for (int s = tid; s < sp.num_q_tiles; s += kMathThreads) {
+          visit_m[s] = __ldg(unit_visit + row + s);
+          visit_ticket[s] = __ldg(unit_ticket + row + s);
+        }
+        if (tid == 0) smem.unit_num_steps = num_steps;
+      }
+    }
+    tracer.stop(kTraceMathTables, t_tables);
+    const long long t_publish = tracer.start();
+    // The previous unit's dK/dV TMA stores (store_dk_dv_tma) read K's and V's tiles: they must be
+    // read before this barrier releases the producer to load the next unit's K and V into them.
+    if (tid == 0) bulk_wait_group_read_all();
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
+    tracer.stop(kTraceMathPublish, t_publish);
+    if (done) break;
+
+    const int64_t b = u.head_linear / p.num_heads;
+    const int h = u.head_linear % p.num_heads;
+    const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
+    // This batch row's whole mask (ext_mask only).
+    PolicyMask policy{};
+    if (ext_mask) policy.m = mask_policy(p, b);
+    // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
+    // extents and causal.
+    auto hidden = [&](int64_t kv_row, int64_t q_row) JAX_DASH_INLINE {
+      return ext_mask ? !policy.visible(q_row, kv_row)
+                      : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+    };
+    clear(tdKrdK);
+    clear(tdVrdV);
+    if (num_steps > 0) {
+      const long long t0 = tracer.start();
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, kv_loads & 1);
+      tracer.stop(kTraceMathWaitKV, t0);
+      ++kv_loads;
+      tracer.add(kTraceMathSteps, num_steps);
+    }
+    tracer.stop(kTraceMathUnitStart, t_unit);
+    tracer.add(kTraceMathUnits, 1);
+
+    for (int step = 0; step < num_steps; ++step, ++q_iter) {
+      const int stage = q_iter % Traits::kStages;
+      const int ds_stage = Traits::kdSStages == 1 ? 0 : q_iter % Traits::kdSStages;
+      const int m = visit_m[step];
+      // This step's partial is stored, not added (WsParams::dq_first_store): as zero_plus(x).
+      const bool dq_first = P.dq_first_store && visit_ticket[step] == 0;
+      const long long t_q = tracer.start();
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage],
+                                                     (q_iter / Traits::kStages) & 1);
+      tracer.stop(kTraceMathWaitQ, t_q);
+
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+      Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+      Tensor sQt = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQt{});
+      Tensor sdOt = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQt{});
+      Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
+      Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+      gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+      gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
+
+      const float* s_lse = smem.lse_log2[stage];
+      const float* s_dsum = smem.dsum[stage];
+      const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
+      // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
+      // lse_log2 = +inf, so their P is already 0).
+      const bool need_mask =
+          ext_mask ? policy.tile_needs_mask(q0, kBlockM, kv0, kBlockN)
+                   : kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
+      if (soft_cap > 0.f) {
+        // logits = cap * tanh(scale * s / cap): P from the capped logit, and dS takes the
+        // derivative 1 - tanh^2 (the scale itself is applied to dQ and dK at the end, as always).
+        // One pass after both wgmmas, so that tanh is not kept across the wait.
+        const float cap_log2 = soft_cap * kLog2e;
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int c = get<1>(tScS(i));
+          const float t = tanhf(tSrS(i) * scale_over_cap);
+          float prob = exp2_ftz(fmaf(t, cap_log2, -s_lse[c]));
+          prob = need_mask && hidden(kv0 + get<0>(tScS(i)), q0 + c) ? 0.f : prob;
+          tSrS(i) = prob;
+          tSrdP(i) = prob * (tSrdP(i) - s_dsum[c]) * (1.f - t * t);
+        }
+      } else {
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        // The mask test is per tile (need_mask), so the element loop has no branch in it: the
+        // masked and the unmasked tile each get their own straight-line loop (the same
+        // arithmetic).
+        // (kSegments decided per tile: no branch in the element loop.)
+        auto masked_probs = [&](auto segments) JAX_DASH_INLINE {
+          constexpr bool kSegments = decltype(segments)::value;
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            const bool visible = policy.template visible<kSegments>(q0 + get<1>(tScS(i)),
+                                                                    kv0 + get<0>(tScS(i)));
+            tSrS(i) = visible ? prob : 0.f;
+          }
+        };
+        if (need_mask && ext_mask && policy.has_segments()) {
+          masked_probs(std::true_type{});
+        } else if (need_mask && ext_mask) {
+          masked_probs(std::false_type{});
+        } else if (need_mask) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            const int64_t kv_row = kv0 + get<0>(tScS(i));  // kv row
+            const int64_t q_row = q0 + get<1>(tScS(i));    // q row
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            const bool hidden = kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+            tSrS(i) = hidden ? 0.f : prob;
+          }
+        } else {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+          }
+        }
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrdP); ++i) {
+          tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[get<1>(tScS(i))]);
+        }
+      }
+      Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
+      Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
+      Tensor tPsdSt = thr_sdp.partition_C(sdSt);
+      Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+      Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
+      Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+      // P^T and dS^T in 16 bits, in the accumulator's register order.
+      Tensor rP = make_tensor<Element>(tSrS.layout());
+      Tensor rdS = make_tensor<Element>(tSrdP.layout());
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        rP(i) = static_cast<Element>(tSrS(i));
+        rdS(i) = static_cast<Element>(tSrdP(i));
+      }
+      // The accumulator's value order (2, 2, Bm/8) is the register A fragment's
+      // ((2, 2, 2), 1, Bm/16): only the layout changes (as for P in the forward).
+      using RegA = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockM / 16>>>;
+      Tensor tdVrP = make_tensor(rP.data(), RegA{});
+      Tensor tdKrdS = make_tensor(rdS.data(), RegA{});
+      static_assert(decltype(size(tdVrP))::value == decltype(size(tSrS))::value);
+      static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
+                    "each thread must own one 64-row accumulator");
+      // dV needs nothing from the other warpgroup: issue it before the barrier.
+      gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
+      // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
+      // it: wait until both warpgroups are past that step.
+      if constexpr (Traits::kdSStages == 1) {
+        const long long t_ds = tracer.start();
+        named_barrier_sync(kMathBarrier, kMathThreads);
+        tracer.stop(kTraceMathWaitPdS, t_ds);
+      }
+      // Elements 2i, 2i+1 are adjacent q columns of one kv row: one 32-bit store per pair.
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); i += 2) {
+        // kSplitD: both warpgroups hold the whole tile; each stores its half of the fragment.
+        if (Traits::kSplitD && (i < size(tSrS) / 2) != first_warpgroup) continue;
+        st_shared_u32(&tPsdSt(i), pack_pair(rdS(i), rdS(i + 1)));
+      }
+      fence_async_shared();  // generic smem stores -> wgmma reads
+      const long long t_pds = tracer.start();
+      named_barrier_sync(kPdSBarrier, kMathThreads);
+      tracer.stop(kTraceMathWaitPdS, t_pds);
+
+      if constexpr (Traits::kSplitD) {
+        // dK now, dQ in halves below, once dK and dV are complete.
+        gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
+        warpgroup_wait<0>();  // dV, dK: this warpgroup is done with the stage's Q and dO
+      } else {
+        gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
+        gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
+        if constexpr (Traits::kdQInStage) {
+          warpgroup_wait<0>();  // dV, dQ, dK: this warpgroup is done with the stage's Q and dO
+        } else {
+          warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
+        }
+      }
+      warpgroup_fence_operand(tdQrdQ);
+      if constexpr (Traits::kdQInStage) {
+        // Hand dQ to the writer in the step's own stage, once the other warpgroup's wgmmas are
+        // done with it too (fragment order as below: chunks k < half of each thread in Q's
+        // buffer, the rest in dO's). The writer frees the stage (q_empty) after reading it.
+        warpgroup_fence_operand(tdKrdK);
+        warpgroup_fence_operand(tdVrdV);
+        const long long t_stage = tracer.start();
+        named_barrier_sync(kMathBarrier, kMathThreads);
+        tracer.stop(kTraceMathWaitdQEmpty, t_stage);
+        constexpr int kChunks = Traits::kdQFloatsPerThread / 4;
+        float4* lo = reinterpret_cast<float4*>(smem.q[stage]);
+        float4* hi = reinterpret_cast<float4*>(smem.dout[stage]);
+        if constexpr (Traits::kSplitD) {
+          // Half h's 32 values are chunks 8h..8h+7 of the fragment: half 0 to Q's buffer, half 1
+          // to dO's.
+          Tensor tdQrdS_h = thr_dq_half.partition_fragment_A(sdS);
+          auto half = [&](const auto& tdQrKt_h, float4* dst) JAX_DASH_INLINE {
+            Tensor acc = partition_fragment_C(mma_dq_half, Shape<BlockM, _64>{});
+            static_assert(decltype(size(acc))::value * 2 == Traits::kdQFloatsPerThread);
+            gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(acc);
+            if (dq_first) zero_plus_all(acc);
+            CUTE_UNROLL
+            for (int k = 0; k < kChunks / 2; ++k) {
+              dst[k * kMathThreads + tid] =
+                  make_float4(acc(4 * k), acc(4 * k + 1), acc(4 * k + 2), acc(4 * k + 3));
+            }
+          };
+          half(tdQrKt0, lo);
+          half(tdQrKt1, hi);
+        } else {
+          if (dq_first) zero_plus_all(tdQrdQ);
+          CUTE_UNROLL
+          for (int k = 0; k < kChunks; ++k) {
+            const float4 v = make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2),
+                                         tdQrdQ(4 * k + 3));
+            if (k < kChunks / 2) {
+              lo[k * kMathThreads + tid] = v;
+            } else {
+              hi[(k - kChunks / 2) * kMathThreads + tid] = v;
+            }
+          }
+        }
+        fence_async_shared();  // generic smem stores -> the writer's bulk reductions
+        // No q_empty arrival here: the writer frees the stage.
+        named_barrier_arrive(dq_full_barrier(stage), Traits::kdQThreads);
+      } else {
+      // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
+      // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
+      const int dq_buf = Traits::kdQStages == 1 ? 0 : step % Traits::kdQStages;
+      const long long t_empty = tracer.start();
+      named_barrier_sync(dq_empty_barrier(dq_buf), Traits::kdQThreads);
+      tracer.stop(kTraceMathWaitdQEmpty, t_empty);
+      float4* sdq = reinterpret_cast<float4*>(smem.dq[dq_buf]);
+      if (dq_first) zero_plus_all(tdQrdQ);
+      CUTE_UNROLL
+      for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
+        sdq[k * kMathThreads + tid] =
+            make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
+      }
+      fence_async_shared();  // generic smem stores -> the writer's bulk reduction
+      named_barrier_arrive(dq_full_barrier(dq_buf), Traits::kdQThreads);
+
+      warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tdVrdV);
+      __syncwarp();
+      if (cute::elect_one_sync()) {
+        cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);
+      }
+      }  // !kdQInStage
+    }
+
+    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
+    // Without GQA and with 16-bit gradients through K's and V's tiles and TMA stores, in every
+    // instantiation (the masked one too: the epilogue sees no mask, rows past seq_kv are clipped).
+    const long long t_epilogue = tracer.start();
+    if (tma_dkv_epilogue(p)) {
+      store_dk_dv_tma<Traits>(P, smem, thr_dkv, tid, scale, static_cast<int>(b), h, u.n, tdKrdK,
+                              tdVrdV);
+    } else if constexpr (!Traits::kMask) {
+      // Staged in float32 from K on, over the shared memory no role reads until the unit barrier:
+      // up to the dQ buffers, or (kdQInStage) up to Q (the writer may still read dQ from the Q/dO
+      // stages).
+      constexpr size_t kStageEnd =
+          (Traits::kdQInStage ? offsetof(typename Traits::SharedStorage, q)
+                              : offsetof(typename Traits::SharedStorage, dq)) -
+          offsetof(typename Traits::SharedStorage, k);
+      static_assert(kStageEnd >= kBlockN * kHeadDim * sizeof(float),
+                    "the staging region holds one staged float32 tile");
+      store_dk_dv_staged_f32<Element, kHeadDim, kBlockN, kMathThreads>(
+          p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
+          reinterpret_cast<float*>(smem.k));
+    } else {
+      // The masked instantiation keeps the direct path here: with the staged float32 epilogue
+      // its step loop's spills grew (ptxas, hd128: 48 -> 185 local loads).
+      store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
+                                     [] { named_barrier_sync(kMathBarrier, kMathThreads); });
+    }
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
+    tracer.stop(kTraceMathEpilogue, t_epilogue);
+  }
+  // The last dK/dV TMA stores complete before the kernel ends (their reads were waited for above).
+  if (tid == 0) bulk_wait_group_all();
+  tracer.stop(kTraceMathCycles, t_begin);
+}
+
+}  // namespace jax_dash::sm90::bwd

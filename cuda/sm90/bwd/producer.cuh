@@ -1,0 +1,100 @@
+// The producer warp of the sm90 warp-specialized backward: TMA loads of K and V once per unit,
+// and of each step's Q, dO, lse_log2 and dsum into the two-stage ring.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/params.h"
+#include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/scheduler.cuh"
+#include "cuda/sm90/bwd/trace.cuh"
+#include "cuda/sm90/bwd/traits.cuh"
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+// ---- producer warp ------------------------------------------------------------------------------
+template <class Traits, class Storage>
+__device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& smem,
+                                            const int32_t* visit_m) {
+  using Element = typename Traits::Element;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  using BlockM = typename Traits::BlockM;
+  using BlockN = typename Traits::BlockN;
+  using HeadDim = typename Traits::HeadDim;
+  constexpr int kBlockM = Traits::kBlockM;
+  const AttentionParams& p = P.p;
+  const bool leader = cute::elect_one_sync();
+  const int32_t seq_q = static_cast<int32_t>(p.seq_q);
+  const int32_t seq_kv = static_cast<int32_t>(p.seq_kv);
+  const int32_t batch = static_cast<int32_t>(p.batch);
+  const int group = p.num_heads / p.num_kv_heads;
+  const int64_t rows_q = static_cast<int64_t>(P.sp.num_q_tiles) * kBlockM;
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const float* lse_log2_g = p.workspace_f32 + ws.lse_log2;
+  const float* dsum_g = p.workspace_f32 + ws.dsum;
+  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+
+  Tensor mQ = P.tma_q.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
+  Tensor mdO = P.tma_do.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
+  Tensor mK = P.tma_k.get_tma_tensor(make_shape(seq_kv, HeadDim{}, p.num_kv_heads, batch));
+  Tensor mV = P.tma_v.get_tma_tensor(make_shape(seq_kv, HeadDim{}, p.num_kv_heads, batch));
+  auto tma_q = P.tma_q.get_slice(_0{});
+  auto tma_do = P.tma_do.get_slice(_0{});
+  auto tma_k = P.tma_k.get_slice(_0{});
+  auto tma_v = P.tma_v.get_slice(_0{});
+  Tensor tKsK = tma_k.partition_D(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{}));
+  Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
+
+  int q_iter = 0;  // steps issued so far (all units): stage = q_iter % 2, phase = (q_iter / 2) & 1
+  WsUnit u;
+  while (published_unit(P, smem, &u)) {
+    const int num_steps = u.num_steps;
+    const int b = u.head_linear / p.num_heads;
+    const int h = u.head_linear % p.num_heads;
+    const int kvh = h / group;
+    if (num_steps > 0 && leader) {
+      Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
+      Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
+      Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
+      copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
+      copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
+    }
+    Tensor gQ = local_tile(mQ(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));   // (Bm,d,Nq)
+    Tensor gdO = local_tile(mdO(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (Bm,d,Nq)
+    Tensor tQgQ = tma_q.partition_S(gQ);     // (TMA,TMA_M,TMA_D,Nq)
+    Tensor tdOgdO = tma_do.partition_S(gdO);
+    const int64_t head_rows = static_cast<int64_t>(u.head_linear) * rows_q;
+    for (int s = 0; s < num_steps; ++s, ++q_iter) {
+      const int stage = q_iter % Traits::kStages;
+      const int phase = (q_iter / Traits::kStages) & 1;
+      // The first use of each stage passes at once (waiting for the phase before the first).
+      const long long t0 = tracer.start();
+      cutlass::arch::ClusterBarrier::wait(&smem.q_empty[stage], phase ^ 1);
+      tracer.stop(kTraceProducerWaitEmpty, t0);
+      if (leader) {
+        const int m = visit_m[s];
+        Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+        Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+        Barrier::arrive_and_expect_tx(&smem.q_full[stage], Traits::kQStageBytes);
+        copy(P.tma_q.with(smem.q_full[stage]), tQgQ(_, _, _, m), tma_q.partition_D(sQ));
+        copy(P.tma_do.with(smem.q_full[stage]), tdOgdO(_, _, _, m), tma_do.partition_D(sdO));
+        const int64_t row0 = head_rows + static_cast<int64_t>(m) * kBlockM;
+        bulk_copy_g2s(smem.lse_log2[stage], lse_log2_g + row0, kBlockM * sizeof(float),
+                      &smem.q_full[stage]);
+        bulk_copy_g2s(smem.dsum[stage], dsum_g + row0, kBlockM * sizeof(float),
+                      &smem.q_full[stage]);
+      }
+      __syncwarp();
+    }
+    named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
+  }
+}
+
+}  // namespace jax_dash::sm90::bwd

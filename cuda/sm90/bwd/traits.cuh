@@ -1,0 +1,214 @@
+// Traits of the sm90 warp-specialized backward: tile shapes, MMA types, the shared-memory layout
+// every role shares (Storage), the TMA descriptors, and the kernel's parameter block (WsParams).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+
+#include "cuda/params.h"
+#include "cuda/schedule.h"
+#include "cuda/sm90/bwd/trace.cuh"
+#include "cuda/sm90/bwd_main.cuh"
+#include "cuda/sm90/tma.cuh"
+
+namespace jax_dash::sm90::bwd {
+
+using namespace cute;
+
+// kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
+// segment ids, soft cap); calls without them run kMask = false, compiled as before.
+template <class Element_, int kHeadDim_, bool kMask_>
+struct WsTraits {
+  using Base = BwdTraits<Element_, kHeadDim_>;
+  static constexpr bool kWarpSpecialized = true;
+  // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
+  // warpgroups owning 64 KV rows each, so both math warpgroups take all 64 KV rows, each owns half
+  // of dK's and dV's columns (64 + 64 accumulator registers), and each computes the whole S^T and
+  // dP^T (64 x 64 over d; the two compute the same bits, and each stores half of P^T / dS^T).
+  // S and dP are done twice (7 products' work instead of 5) in exchange for no hand-off of P or dP
+  // between the warpgroups.
+  static constexpr bool kSplitD = kHeadDim_ == 256;
+  // kdQInStage (with kSplitD): two Q/dO stages and a 64 KB dQ buffer do not fit in 227 KB (K, V,
+  // two stages of Q and dO at 32 KB each: 192 KB), so the step's dQ partial (64 KB of fp32, the
+  // size of one stage's Q and dO) is stored into the step's own stage once both math warpgroups'
+  // wgmmas are done with it, and the writer frees the stage for the producer (q_empty, its one
+  // arrival) once its bulk reductions have read it. Each stage has its own dQ-full barrier and
+  // there is no dQ-empty barrier (scripts/ws_protocol_model.py, dq_in_stage). With one stage and
+  // a separate dQ buffer (the first head_dim-256 kernel) the math waited 19-38% of its cycles for
+  // the next step's Q/dO (H100, 2026-11-25).
+  static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
+  static constexpr bool kMask = kMask_;
+  // dQ buffers between the math warpgroups and the writer: with two the math may run two steps
+  // ahead of the writer (the second buffer's 32 KB come from the dS^T double buffer, see
+  // kdSStages). Two at head_dim 64: 5.0-7.2% fewer cycles per step than one (H100, 2k-16k,
+  // maintainers/perf-notes.md, third session call 2). One at 128, where two gave no consistent
+  // gain: +0.4..+1.6% in that call, -4.3..+1.7% under shift (sixth session call 9), within 1.1%
+  // (eleventh session call D, thirteenth session call J). The masked instantiation has one at
+  // every head dim.
+  static constexpr int kdQStages = kHeadDim_ == 64 && !kMask ? 2 : 1;
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = Base::kBlockM;
+  static constexpr int kBlockN = Base::kBlockN;
+  static constexpr int kMathThreads = Base::kThreads;  // two warpgroups
+  static constexpr int kMathWarps = kMathThreads / 32;
+  static constexpr int kThreads = 128 + kMathThreads;
+  static constexpr int kUnitThreads = 64 + kMathThreads;  // producer + writer warps + math
+  static constexpr int kdQThreads = 32 + kMathThreads;    // writer warp + math
+  static constexpr int kServiceRegisters = 24;
+  static constexpr int kMathRegisters = 240;
+  static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,
+                "register file of one SM");
+  static constexpr bool kdQInStage = kSplitD;
+  static constexpr int kStages = 2;  // Q/dO ring
+
+  using BlockM = typename Base::BlockM;
+  using BlockN = typename Base::BlockN;
+  using HeadDim = typename Base::HeadDim;
+  // S^T, dP^T: the two warpgroups split the KV rows, or (kSplitD) each computes all of them.
+  using TiledMmaSdP = std::conditional_t<
+      kSplitD,
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float,
+                                                   Shape<_64, BlockM, HeadDim>, GMMA::Major::K,
+                                                   GMMA::Major::K>(),
+                              Layout<Shape<_1, _1, _1>>{})),
+      typename Base::TiledMmaSdP>;
+  static constexpr int kSdPThreads = kSplitD ? 128 : kMathThreads;  // threads of one S^T tile
+  // dV, dK: the warpgroups split the KV rows, or (kSplitD) the head dim.
+  using dKVAtomShape = Shape<_64, Int<kSplitD ? kHeadDim / 2 : kHeadDim>, BlockM>;
+  using dKVAtomLayout =
+      std::conditional_t<kSplitD, Layout<Shape<_1, _2, _1>>, Layout<Shape<_2, _1, _1>>>;
+  // dV, dK: A = P^T / dS^T from registers.
+  using TiledMmadKV =
+      decltype(make_tiled_mma(GMMA::rs_op_selector<Element, Element, float, dKVAtomShape,
+                                                   GMMA::Major::K, GMMA::Major::MN>(),
+                              dKVAtomLayout{}));
+  using TiledMmadQ = typename Base::TiledMmadQ;
+  // kSplitD: dQ of one warpgroup's 128 columns in two 64-column halves, one warpgroup each, after
+  // its dK and dV are complete. With dQ's 64 accumulators live beside dK's and dV's 128 and the
+  // 16-bit P^T / dS^T operands, ptxas serialized every wgmma of the kernel ("insufficient register
+  // resources", C7512). Half h of warpgroup w holds values 32h..32h+31 of TiledMmadQ's fragment
+  // (the same rows and columns), so the fragment order of dq_accum is unchanged.
+  using TiledMmadQHalf = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, _64, BlockN>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_1, _1, _1>>{}));
+  using SmemLayoutKV = typename Base::SmemLayoutKV;  // (Bn, d)
+  using SmemLayoutQ = typename Base::SmemLayoutQ;    // (Bm, d)
+  using SmemLayoutPt = typename Base::SmemLayoutPt;  // (Bn, Bm)
+  using SmemLayoutQt = typename Base::SmemLayoutQt;  // (d, Bm) view
+  using SmemLayoutKt = typename Base::SmemLayoutKt;  // (d, Bn) view
+  using SmemLayoutdS = typename Base::SmemLayoutdS;  // (Bm, Bn) view
+
+  static constexpr int kdQFloats = kBlockM * kHeadDim;
+  static constexpr int kdQFloatsPerThread = kdQFloats / kMathThreads;
+  static_assert(kdQFloatsPerThread % 4 == 0, "dQ goes to shared memory in 16-byte chunks");
+  static constexpr uint32_t kdQBytes = kdQFloats * sizeof(float);
+  static_assert(!kdQInStage || 2 * kBlockM * kHeadDim * sizeof(Element) == kdQBytes,
+                "kdQInStage: one stage's Q and dO hold exactly one dQ partial");
+
+  template <int kdSStages>
+  struct Storage {
+    // The dK/dV epilogue writes dK and dV into k and v (store_dk_dv_tma), or (GQA, float32
+    // gradients) stages them from k on, over everything up to q (kdQInStage: the writer may still
+    // read the last steps' dQ from their Q/dO stages) or up to dq.
+    alignas(1024) Element k[kBlockN * kHeadDim];
+    alignas(1024) Element v[kBlockN * kHeadDim];
+    alignas(1024) Element dst[kdSStages][kBlockN * kBlockM];
+    alignas(1024) Element q[kStages][kBlockM * kHeadDim];
+    alignas(1024) Element dout[kStages][kBlockM * kHeadDim];
+    // 16 bytes that keep dq 128 bytes past dout, where P^T's 16-byte placeholder was (P^T lived
+    // in shared memory only in the deleted variant "ws"). Without them dq, lse_log2, dsum and the
+    // barriers move down by 128 bytes and ptxas computes some of their addresses with other
+    // instructions (the math's q_full wait in the step loop and the writer's bulk-reduction source
+    // among them; SASS compared 2026-11-26, maintainers/perf-notes.md). Remove them only with an
+    // A/B on a GPU.
+    alignas(16) char dq_offset_pad[16];
+    // The dQ buffers (kdQInStage: a 16-byte placeholder, the partials live in the Q/dO stages).
+    alignas(128) float dq[kdQInStage ? 1 : kdQStages][kdQInStage ? 4 : kdQFloats];
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    alignas(8) uint64_t kv_full;
+    uint64_t q_full[kStages];
+    uint64_t q_empty[kStages];
+    int64_t unit_item;  // global item of the current unit (>= total_items: no more work)
+    int32_t unit_kv;    // index of the unit's KV tile within its item
+    int32_t unit_num_steps;
+    unsigned long long trace[kWsTraceSlots];
+  };
+  static constexpr int kSmemAlign = 1024;
+  // Per-unit visit/ticket tables (8 bytes per Q tile) follow the storage. Two dS^T buffers only if
+  // they leave at least kTableReserve bytes for the tables (Nq >= 1024), else one (and one extra
+  // math barrier per step).
+  static constexpr int kTableReserve = 8 * 1024;
+  static constexpr int kMaxSmem = 232448;  // sm90 opt-in limit per block
+  static constexpr int kdSStages =
+      int(sizeof(Storage<2>)) + kSmemAlign + kTableReserve <= kMaxSmem ? 2 : 1;
+  using SharedStorage = Storage<kdSStages>;
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + kSmemAlign;
+  static int64_t smem_bytes(int64_t num_q_tiles) {
+    return kSmemBytes + 2 * num_q_tiles * int64_t(sizeof(int32_t));
+  }
+
+  static constexpr uint32_t kKVBytes = 2u * kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kQStageBytes =
+      2u * kBlockM * kHeadDim * sizeof(Element) + 2u * kBlockM * sizeof(float);
+
+  template <class SmemLayout>
+  static auto make_tma(const Element* ptr, int32_t seq, int32_t heads, int32_t batch,
+                       SmemLayout smem_layout) {
+    return make_bshd_tma<Element, kHeadDim>(ptr, seq, heads, batch, smem_layout);
+  }
+  using TmaQ = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutQ{}));
+  using TmaKV = decltype(make_tma(nullptr, 1, 1, 1, SmemLayoutKV{}));
+  // The dK/dV TMA stores (tma_dkv_epilogue): a (Bn, d) tile of K's / V's shared-memory layout, the
+  // box of TmaKV, from smem.k / smem.v to dK / dV ([batch, seq_kv, heads, d], viewed as
+  // (seq_kv, d, heads, batch): rows past seq_kv of a batch row are not written).
+  static auto make_tma_store_kv(Element* ptr, int32_t seq, int32_t heads, int32_t batch) {
+    return make_bshd_tma_store<Element, kHeadDim>(ptr, seq, heads, batch, SmemLayoutKV{});
+  }
+  using TmaStoreKV = decltype(make_tma_store_kv(nullptr, 1, 1, 1));
+};
+
+// Whether a call's dK/dV epilogue goes through K's and V's shared memory and TMA stores: no GQA
+// (each KV head's gradient is one unit's tile, written once) and 16-bit gradients (the tile's
+// element type). Host (bwd_launch.cu builds the store descriptors) and device (ws_math) agree on it
+// through this one test.
+__host__ __device__ __forceinline__ bool tma_dkv_epilogue(const AttentionParams& p) {
+  return p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32;
+}
+
+template <class Traits>
+struct WsParams {
+  AttentionParams p;
+  ScheduleProblem sp;
+  int64_t total_items;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaQ tma_do;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  typename Traits::TmaStoreKV tma_dk;  // tma_dkv_epilogue(p) only, else left empty
+  typename Traits::TmaStoreKV tma_dv;
+  unsigned long long* trace;  // [grid, kWsTraceSlots] or nullptr (no tracing)
+  // Deterministic and unmasked (dq_first_store_applies): the step that holds a Q tile's ticket 0
+  // stores its partial (bulk_store_f32, as zero_plus(x)) instead of adding it, so dq_accum needs
+  // no zeroing; the later tickets add as before. Same values, same bits.
+  bool dq_first_store;
+};
+
+// Whether the first contribution to each dQ tile is stored rather than added (WsParams::
+// dq_first_store): a deterministic schedule (ticket 0 is the first add in a fixed order) and the
+// unmasked instantiation (every step of the band is computed, so every Q tile's ticket 0 is; the
+// masked one leaves out hidden steps and keeps the zeroed accumulator). Q tiles the band gives
+// no KV tile are never written: the postprocess reads them as zero (bwd_postprocess.cuh).
+template <class Traits>
+constexpr bool dq_first_store_applies(const ScheduleProblem& sp) {
+  return !Traits::kMask && sp.schedule != Schedule::kAtomic;
+}
+
+}  // namespace jax_dash::sm90::bwd

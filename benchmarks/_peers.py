@@ -169,7 +169,7 @@ def _import_fa3():
     return module
 
 
-def fa3_fn(impl: str, *, is_causal: bool, head_dim: int | None = None):
+def fa3_fn(impl: str, *, is_causal: bool, head_dim: int | None = None, window=None):
     module = _import_fa3()
     _require_gpu("FlashAttention-3")
     if head_dim is not None and head_dim not in FA3_HEAD_DIMS:
@@ -182,7 +182,10 @@ def fa3_fn(impl: str, *, is_causal: bool, head_dim: int | None = None):
         patch_fa3_deterministic(importlib.import_module("flash_attn3_jax.flash_hlo"))
     flash_mha = module.flash_mha
     # GQA is detected from the head counts; without the patch its backward accumulates with atomics.
-    return lambda q, k, v: flash_mha(q, k, v, is_causal=is_causal)
+    # FA3's window_size is (left, right) keys around the query, -1 for no limit: jax.nn's
+    # local_window_size.
+    window_size = tuple(window) if window is not None else (-1, -1)
+    return lambda q, k, v: flash_mha(q, k, v, is_causal=is_causal, window_size=window_size)
 
 
 # ----------------------------------------------------------------------------- tokamax
@@ -206,7 +209,7 @@ def _install_xprof_stub():
     return True
 
 
-def tokamax_fn(*, is_causal: bool):
+def tokamax_fn(*, is_causal: bool, window=None):
     _install_xprof_stub()
     try:
         tokamax = importlib.import_module("tokamax")
@@ -214,27 +217,31 @@ def tokamax_fn(*, is_causal: bool):
         raise Unavailable(f"import tokamax failed ({type(e).__name__}: {e}); pip install tokamax")
     _require_gpu("tokamax's Pallas attention")
     return lambda q, k, v: tokamax.dot_product_attention(
-        q, k, v, is_causal=is_causal, implementation=TOKAMAX_IMPLEMENTATIONS)
+        q, k, v, is_causal=is_causal, local_window_size=window,
+        implementation=TOKAMAX_IMPLEMENTATIONS)
 
 
 # ----------------------------------------------------------------------------- all peers
 
 def attention_fn(impl: str, *, is_causal: bool, schedule: str | None = None,
-                 head_dim: int | None = None):
+                 head_dim: int | None = None, window=None):
     """Returns f(q, k, v) -> out for `impl`, or raises Unavailable with the reason.
-    `head_dim` (where known) lets a peer that lacks kernels for it say so."""
+    `head_dim` (where known) lets a peer that lacks kernels for it say so; `window` is jax.nn's
+    `local_window_size` as (left, right), None for no window."""
     import jax
+    window = tuple(window) if window is not None else None
     if impl in ("fa3", "fa3_det"):
-        return fa3_fn(impl, is_causal=is_causal, head_dim=head_dim)
+        return fa3_fn(impl, is_causal=is_causal, head_dim=head_dim, window=window)
     if impl == "tokamax":
-        return tokamax_fn(is_causal=is_causal)
+        return tokamax_fn(is_causal=is_causal, window=window)
     if impl == "jax_dash":
         try:
             import jax_dash
         except Exception as e:  # not built / import error: recorded, the peers still run
             raise Unavailable(f"import jax_dash failed: {type(e).__name__}: {e}")
         sched = schedule or "auto"
-        return lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal, schedule=sched)
+        return lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal, schedule=sched,
+                                                  local_window_size=window)
     if impl in ("cudnn", "cudnn_det"):
         if jax.default_backend() != "gpu":
             raise Unavailable(f"cuDNN attention needs a CUDA GPU; this process runs on "
@@ -244,10 +251,10 @@ def attention_fn(impl: str, *, is_causal: bool, schedule: str | None = None,
                               f"{'containing' if impl == 'cudnn_det' else 'without'} "
                               f"{DETERMINISTIC_XLA_FLAG}")
         return lambda q, k, v: jax.nn.dot_product_attention(
-            q, k, v, is_causal=is_causal, implementation="cudnn")
+            q, k, v, is_causal=is_causal, local_window_size=window, implementation="cudnn")
     if impl == "xla":
         return lambda q, k, v: jax.nn.dot_product_attention(
-            q, k, v, is_causal=is_causal, implementation="xla")
+            q, k, v, is_causal=is_causal, local_window_size=window, implementation="xla")
     raise ValueError(f"impl={impl!r} is not one of jax_dash, cudnn, cudnn_det, xla, fa3, "
                      f"fa3_det, tokamax")
 
@@ -267,7 +274,8 @@ def _reference_module():
 TENSORS = ("out", "dq", "dk", "dv")
 
 
-def check_against_reference(fn, q, k, v, dout, *, is_causal: bool, atol: float = CHECK_ATOL):
+def check_against_reference(fn, q, k, v, dout, *, is_causal: bool, atol: float = CHECK_ATOL,
+                            window=None):
     """Checks fn's forward and gradients against jax_dash.reference on one input set.
 
     Criterion (tests/helpers.py): for out, dq, dk, dv, max|peer - ref_fp32| <=
@@ -297,11 +305,13 @@ def check_against_reference(fn, q, k, v, dout, *, is_causal: bool, atol: float =
     qs, ks, vs, ds = sq(q), skv(k), skv(v), sq(dout)
     got = [sq(got[0]), sq(got[1]), skv(got[2]), skv(got[3])]
 
+    masks = {} if window is None else {"local_window_size": tuple(window)}
+
     def run_ref(compute_dtype):
         out, lse = ref_mod.reference_forward(qs, ks, vs, is_causal=is_causal,
-                                             compute_dtype=compute_dtype)
+                                             compute_dtype=compute_dtype, **masks)
         grads = ref_mod.reference_backward(qs, ks, vs, out, lse, ds, is_causal=is_causal,
-                                           compute_dtype=compute_dtype)
+                                           compute_dtype=compute_dtype, **masks)
         return (out, *grads)
 
     ref = jax.jit(lambda: run_ref(jnp.float32))()

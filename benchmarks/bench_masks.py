@@ -2,6 +2,7 @@
 work the mask leaves visible.
 
     python benchmarks/bench_masks.py                 # both points at the GPU sizes (bf16)
+    python benchmarks/bench_masks.py --impls jax_dash,cudnn,fa3,fa3_det,tokamax   # with peers
     python benchmarks/bench_masks.py --seq 1024 --window 256 --doc-mean 128 --iters 2   # small
 
 Points (batch * seq = 16k tokens, hidden 2048 -> heads = 2048 / head_dim, causal):
@@ -9,20 +10,35 @@ Points (batch * seq = 16k tokens, hidden 2048 -> heads = 2048 / head_dim, causal
   packed   one row of 16k tokens cut into documents of random length (mean 2k, fixed seed),
            segment ids: a query sees the keys of its own document up to itself
 FLOPs of visible work: forward 4 * B * H * D * (visible (query, key) pairs), counted exactly from
-the mask (closed form per row, no S^2 array); backward 2.5x forward, as in the main grid. Peers:
-jax.nn.dot_product_attention (cuDNN) where it takes the same mask (the window; packed sequences
-it does not take as segment ids), and jax_dash's full causal point of the same shape.
+the mask (closed form per row, no S^2 array); backward 2.5x forward, as in the main grid. Peers
+(--impls, benchmarks/_peers.py): jax.nn's cuDNN attention (`cudnn`, and `cudnn_det` under
+--xla_gpu_deterministic_ops), FlashAttention-3 (`fa3`, and `fa3_det` with its backward's
+deterministic attribute on) and tokamax, at the causal and window points (none takes packed
+segment ids); `cudnn_det` and `fa3_det` run in a child process each (their switch is per
+process). Every implementation's forward and gradients are checked against jax_dash.reference at
+each causal or window point before it is timed (a slice of batch and heads); one that fails is
+reported wrong with its errors, never timed. The packed point is jax_dash only, unchecked here
+(tests/test_masks.py and the GPU tests check segment ids).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _peers  # noqa: E402
+
+IMPLS = ("jax_dash", "cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax")
 
 PAPER_TOKENS, PAPER_HIDDEN = 16384, 2048
 
@@ -97,36 +113,58 @@ def _median_seconds(fn, args, iters: int) -> float:
     return statistics.median(samples)
 
 
-def run_point(point: dict, *, iters: int, dtype: str = "bfloat16", impl: str = "jax_dash"):
-    """Times the forward and the backward of one point; returns TFLOP/s of visible work."""
-    import jax
+def _attention_fn(point: dict, impl: str):
+    """f(q, k, v) of `impl` at the point's mask (raises _peers.Unavailable with the reason)."""
     import jax.numpy as jnp
-
-    shape = (point["batch"], point["seq"], point["heads"], point["head_dim"])
-    keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    q, k, v, dout = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
     kwargs = {name: (jnp.asarray(value) if isinstance(value, np.ndarray) else value)
               for name, value in point["kwargs"].items()}
     if impl == "jax_dash":
-        import jax_dash
-        attention = lambda q, k, v: jax_dash.attention(q, k, v, **kwargs)  # noqa: E731
-    else:  # jax.nn with cuDNN; only the masks it takes (no segment ids)
-        attention = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
-            q, k, v, implementation="cudnn", **kwargs)
+        try:
+            import jax_dash
+        except Exception as e:  # noqa: BLE001 - not built: recorded, the peers still run
+            raise _peers.Unavailable(f"import jax_dash failed: {type(e).__name__}: {e}")
+        return lambda q, k, v: jax_dash.attention(q, k, v, **kwargs)
+    if "query_segment_ids" in kwargs:
+        raise _peers.Unavailable(f"{impl} takes no segment ids (packed sequences)")
+    return _peers.attention_fn(impl, is_causal=kwargs["is_causal"], head_dim=point["head_dim"],
+                               window=kwargs.get("local_window_size"))
+
+
+def run_point(point: dict, *, iters: int, dtype: str = "bfloat16", impl: str = "jax_dash",
+              check: bool = True):
+    """Checks (causal and window points) and times the forward and the backward of one point;
+    returns TFLOP/s of visible work, or the reason it was not timed (status "unavailable" or
+    "wrong")."""
+    import jax
+    import jax.numpy as jnp
+
+    record = dict(name=point["name"], impl=impl, seq=point["seq"], batch=point["batch"],
+                  heads=point["heads"], head_dim=point["head_dim"],
+                  visible_pairs_per_row_head=point["pairs"],
+                  visible_fraction=point["pairs"] / point["seq"] ** 2, status="ok")
+    shape = (point["batch"], point["seq"], point["heads"], point["head_dim"])
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q, k, v, dout = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+    try:
+        attention = _attention_fn(point, impl)
+        if check and "query_segment_ids" not in point["kwargs"]:
+            record["check"] = _peers.check_against_reference(
+                attention, q, k, v, dout, is_causal=point["kwargs"]["is_causal"],
+                window=point["kwargs"].get("local_window_size"))
+    except _peers.Unavailable as e:
+        return dict(record, status="unavailable", error=str(e))
+    except _peers.Wrong as e:
+        return dict(record, status="wrong", error=str(e), check=e.check)
     forward = jax.jit(attention)
     # The backward alone, as in a training step and in bench_attention.py: a jitted VJP applied
     # to residuals that a jitted forward computed once (not forward + backward minus forward).
-    _, vjp_fn = jax.jit(lambda q, k, v: jax.vjp(attention, q, k, v))(q, k, v)
-    backward = jax.jit(lambda vjp_fn, dout: vjp_fn(dout))
+    residuals, backward = _peers.jitted_backward(attention)
+    vjp_fn = residuals(q, k, v)
     t_fwd = _median_seconds(forward, (q, k, v), iters)
     t_bwd = _median_seconds(backward, (vjp_fn, dout), iters)
     fwd_flops, bwd_flops = visible_flops(point["pairs"], point["batch"], point["heads"],
                                          point["head_dim"])
-    return dict(name=point["name"], impl=impl, seq=point["seq"], batch=point["batch"],
-                heads=point["heads"], head_dim=point["head_dim"],
-                visible_pairs_per_row_head=point["pairs"],
-                visible_fraction=point["pairs"] / point["seq"] ** 2,
-                fwd_ms=1e3 * t_fwd, bwd_ms=1e3 * t_bwd,
+    return dict(record, fwd_ms=1e3 * t_fwd, bwd_ms=1e3 * t_bwd,
                 fwd_tflops=fwd_flops / t_fwd / 1e12, bwd_tflops=bwd_flops / t_bwd / 1e12)
 
 
@@ -141,8 +179,12 @@ def build_parser():
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--cudnn", action="store_true",
-                   help="also time jax.nn's cuDNN attention where it takes the mask")
+    p.add_argument("--impls", default="jax_dash",
+                   help=f"comma-separated, from {', '.join(IMPLS)} (peers where they take the "
+                        "mask)")
+    p.add_argument("--cudnn", action="store_true", help="the same as adding cudnn to --impls")
+    p.add_argument("--no-check", action="store_true",
+                   help="time without checking against the reference first")
     p.add_argument("--packed-schedules", default="",
                    help="comma-separated backward schedules to time the packed point with, beside "
                         "'auto' (e.g. descending,symmetric_shift)")
@@ -150,7 +192,52 @@ def build_parser():
     return p
 
 
+def _in_child(argv, impls, group):
+    """The same run for `impls` in a child process whose environment switches `group` on (the
+    XLA determinism flag, or FA3's deterministic backward); its records, or one error record per
+    impl."""
+    env = (_peers.xla_flags_with_determinism(os.environ) if group == "det"
+           else _peers.env_with_fa3_deterministic(os.environ))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "child.json"
+        argv = [a for a in _without_options(argv, ("--impls", "--out", "--cudnn"))]
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--impls",
+                               ",".join(impls), "--out", str(out)], env=env, capture_output=True,
+                              text=True)
+        if proc.returncode == 0 and out.exists():
+            return json.loads(out.read_text())
+        error = f"child process exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+        return [dict(impl=impl, status="unavailable", error=error) for impl in impls]
+
+
+def _without_options(argv, names):
+    """argv without the options in `names` (with their values)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in names:
+            skip = arg != "--cudnn"
+            continue
+        if any(arg.startswith(n + "=") for n in names):
+            continue
+        kept.append(arg)
+    return kept
+
+
+def _print(record):
+    if record.get("status", "ok") != "ok":
+        print(f"{record.get('name', '-'):>22} {record['impl']:>8}: {record['status']}: "
+              f"{record.get('error', '')[:300]}", file=sys.stderr)
+        return
+    print(f"{record['name']:>22} {record['impl']:>8}: visible {record['visible_fraction']:.3f} "
+          f"of S^2, fwd {record['fwd_tflops']:.2f} TFLOP/s, bwd {record['bwd_tflops']:.2f} TFLOP/s "
+          "(visible work)", file=sys.stderr)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     for name in ("seq", "window", "doc_mean", "tokens", "hidden", "head_dim", "iters"):
         if getattr(args, name) < 1:
@@ -161,24 +248,40 @@ def main(argv=None) -> int:
         if name not in SCHEDULES:
             raise SystemExit(f"--packed-schedules: {name!r} is not a schedule; choose from "
                              f"{', '.join(SCHEDULES)}")
+    impls = [name for name in args.impls.split(",") if name] + (["cudnn"] if args.cudnn else [])
+    impls = list(dict.fromkeys(impls))
+    for name in impls:
+        if name not in IMPLS:
+            raise SystemExit(f"--impls: {name!r} is not one of {', '.join(IMPLS)}")
+    here = [i for i in impls if _peers.worker_group(i) == "default"]
+    # A process runs the impls of its own group: the child of a "det" or "fa3_det" group gets
+    # only those, and its environment has the switch on.
+    if _peers.process_is_deterministic() or _peers.process_is_fa3_deterministic():
+        here = impls
     results = []
     for point in mask_points(args.seq, args.window, args.doc_mean, args.tokens, args.hidden,
                              args.head_dim):
         packed = "query_segment_ids" in point["kwargs"]
-        impls = ["jax_dash"] + (["cudnn"] if args.cudnn and not packed else [])
         variants = [point]
         if packed:  # the same point under other backward schedules, one row each
             variants += [dict(point, name=f"{point['name']}_{schedule}",
                               kwargs=dict(point["kwargs"], schedule=schedule))
                          for schedule in packed_schedules]
-        for impl in impls:
+        for impl in here:
+            if packed and impl != "jax_dash":
+                continue  # no peer takes segment ids
             for variant in variants if impl == "jax_dash" else [point]:
-                record = run_point(variant, iters=args.iters, dtype=args.dtype, impl=impl)
+                record = run_point(variant, iters=args.iters, dtype=args.dtype, impl=impl,
+                                   check=not args.no_check)
                 results.append(record)
-                print(f"{record['name']:>22} {impl:>8}: visible "
-                      f"{record['visible_fraction']:.3f} of S^2, fwd {record['fwd_tflops']:.2f} "
-                      f"TFLOP/s, bwd {record['bwd_tflops']:.2f} TFLOP/s (visible work)",
-                      file=sys.stderr)
+                _print(record)
+    if not (_peers.process_is_deterministic() or _peers.process_is_fa3_deterministic()):
+        for group in ("det", "fa3_det"):
+            members = [i for i in impls if _peers.worker_group(i) == group]
+            if members:
+                for record in _in_child(argv, members, group):
+                    results.append(record)
+                    _print(record)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -42,7 +42,7 @@
 #   maskbench benchmarks/bench_masks.py --cudnn $MASKBENCH_ARGS (the sliding-window and packed
 #             points; JSON to $OUT/mask_results.json)
 #   ring      benchmarks/bench_ring.py $RING_ARGS (ring attention over every local GPU; on one GPU
-#             pass --devices 1 for a smoke run; JSON to $OUT/ring_results.json)
+#             pass --ring-sizes 1 for a smoke run; JSON to $OUT/ring_results.json)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULT=${OUT:-$PWD/device_out}

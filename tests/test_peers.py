@@ -1,8 +1,9 @@
 """The FA3 / tokamax peers of the attention benchmark, on the CPU with a fake flash_attn3_jax.
 
 The fake mirrors what benchmarks/_peers.py relies on in the real wheel: `flash_mha(q, k, v,
-is_causal=...)`, and a `flash_attn3_jax.flash_hlo` module whose backward goes through its global
-`jax.ffi.ffi_call("flash_mha_bwd", ...)(..., deterministic=False)`.
+is_causal=..., window_size=(left, right))` (-1: no limit), and a `flash_attn3_jax.flash_hlo` module
+whose backward goes through its global `jax.ffi.ffi_call("flash_mha_bwd", ...)(...,
+deterministic=False)`.
 """
 
 import sys
@@ -33,10 +34,11 @@ def make_fake_fa3(*, wrong_grads=False):
     def fake_ffi_call(target_name, *args, **kwargs):
         assert target_name == "flash_mha_bwd"
 
-        def call(dout, q, k, v, *, is_causal, deterministic, **attrs):
+        def call(dout, q, k, v, *, is_causal, deterministic, window=None, **attrs):
             calls["bwd_attrs"].append({"deterministic": deterministic, **attrs})
-            _, vjp = jax.vjp(lambda q, k, v: reference_attention(q, k, v, is_causal=is_causal,
-                                                                 compute_dtype=jnp.float32), q, k, v)
+            _, vjp = jax.vjp(lambda q, k, v: reference_attention(
+                q, k, v, is_causal=is_causal, compute_dtype=jnp.float32,
+                local_window_size=window), q, k, v)
             dq, dk, dv = (g.astype(q.dtype) for g in vjp(dout.astype(jnp.float32)))
             if wrong_grads:  # what a broken backward looks like: dq off by a lot
                 dq = dq * 3 + 1
@@ -49,21 +51,23 @@ def make_fake_fa3(*, wrong_grads=False):
                                           numpy=jnp)
 
     def _bwd(res, dout):
-        q, k, v, is_causal = res
+        q, k, v, is_causal, window = res
         # As the real binding: the backward looks `jax` up in flash_hlo's globals.
         dq, dk, dv = flash_hlo.jax.ffi.ffi_call("flash_mha_bwd", None)(
-            dout, q, k, v, is_causal=is_causal, deterministic=False, softcap=0.0)
+            dout, q, k, v, is_causal=is_causal, deterministic=False, softcap=0.0, window=window)
         return dq, dk, dv, None
 
     def flash_mha(q, k, v, softmax_scale=None, is_causal=False, window_size=(-1, -1)):
         calls["fwd"] += 1
-        return _attention(q, k, v, is_causal)
+        calls.setdefault("window_sizes", []).append(tuple(window_size))
+        window = None if tuple(window_size) == (-1, -1) else tuple(window_size)
+        return _attention(q, k, v, is_causal, window)
 
-    def _attention(q, k, v, is_causal):
+    def _attention(q, k, v, is_causal, window):
         f = jax.custom_vjp(lambda q, k, v: reference_attention(
-            q, k, v, is_causal=is_causal).astype(q.dtype))
+            q, k, v, is_causal=is_causal, local_window_size=window).astype(q.dtype))
         f.defvjp(lambda q, k, v: (f(q, k, v), (q, k, v)),
-                 lambda res, dout: _bwd((*res, is_causal), dout)[:3])
+                 lambda res, dout: _bwd((*res, is_causal, window), dout)[:3])
         return f(q, k, v)
 
     package = types.ModuleType("flash_attn3_jax")
@@ -218,3 +222,57 @@ def test_xprof_stub_is_only_installed_where_xprof_is_absent(monkeypatch):
     with pytest.raises(RuntimeError, match="stub"):
         get_kernel_stats_tool()
     assert _peers._install_xprof_stub() is False  # already there: left alone
+
+
+# ---- the window benchmark (bench_masks.py) with the peers -------------------------------------
+
+MASK_ARGS = ["--seq", "256", "--window", "64", "--doc-mean", "40", "--tokens", "256", "--hidden",
+             "256", "--head-dim", "128", "--dtype", "float32", "--iters", "1"]
+
+
+def _mask_records(tmp_path, impls):
+    import json
+
+    import bench_masks
+    out = tmp_path / "masks.json"
+    assert bench_masks.main(MASK_ARGS + ["--impls", impls, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_window_point_checks_and_times_fa3_with_its_window(fake_fa3, monkeypatch, tmp_path):
+    """FA3 at the window point gets window_size=(63, 0) (jax.nn's local_window_size), is checked
+    against the windowed reference, then timed; it does not run the packed point."""
+    monkeypatch.delenv(_peers.FA3_DETERMINISTIC_ENV, raising=False)
+    _, calls = fake_fa3()
+    records = {(r["name"], r["impl"]): r for r in _mask_records(tmp_path, "jax_dash,fa3")}
+    window = records[("sliding_window_64", "fa3")]
+    assert window["status"] == "ok" and window["check"]["ok"] and window["bwd_tflops"] > 0
+    assert (63, 0) in calls["window_sizes"] and (-1, -1) in calls["window_sizes"]
+    assert records[("causal", "fa3")]["check"]["ok"]
+    assert ("packed_mean_40", "fa3") not in records
+    assert records[("sliding_window_64", "jax_dash")]["check"]["ok"]
+
+
+def test_window_point_reports_a_wrong_peer_without_timing_it(fake_fa3, monkeypatch, tmp_path):
+    monkeypatch.delenv(_peers.FA3_DETERMINISTIC_ENV, raising=False)
+    fake_fa3(wrong_grads=True)
+    records = {(r["name"], r["impl"]): r for r in _mask_records(tmp_path, "fa3")}
+    window = records[("sliding_window_64", "fa3")]
+    assert window["status"] == "wrong" and "dq" in window["error"] and "bwd_tflops" not in window
+    assert not window["check"]["tensors"]["dq"]["ok"]
+
+
+def test_window_reference_differs_from_causal():
+    """The check really applies the window: a causal-only function fails at the window point."""
+    import bench_masks
+    point = [p for p in bench_masks.mask_points(256, 64, 40, 256, 256, 128)
+             if p["name"] == "sliding_window_64"][0]
+    shape = (1, 256, 2, 128)
+    q, k, v, dout = (jax.random.normal(jax.random.key(i), shape, jnp.float32) for i in range(4))
+    causal_only = _peers.attention_fn("xla", is_causal=True)
+    with pytest.raises(_peers.Wrong):
+        _peers.check_against_reference(causal_only, q, k, v, dout, is_causal=True,
+                                       window=point["kwargs"]["local_window_size"])
+    windowed = _peers.attention_fn("xla", is_causal=True, window=(63, 0))
+    assert _peers.check_against_reference(windowed, q, k, v, dout, is_causal=True,
+                                          window=(63, 0))["ok"]

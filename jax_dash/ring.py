@@ -653,7 +653,8 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
     in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
     ``[batch, seq, heads, head_dim]`` (already in the layout's token order, as ``shard_map`` would
     get them); differentiable; jitted (one compile per shapes and options, eager or not). For
-    testing the ring's pieces on one GPU and for small CPU runs."""
+    testing the ring's pieces on one GPU and for small CPU runs. ``head_groups`` as in
+    ``ring_attention`` (here the groups are unrolled, each after a barrier, not a loop)."""
     if isinstance(ring_size, bool) or not isinstance(ring_size, (int, np.integer)) \
             or ring_size < 1:
         raise ValueError(f"ring_size must be a positive int, got {ring_size!r}")

@@ -30,6 +30,9 @@
 #include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/fwd/named_barrier.cuh"
+#include "cuda/sm90/fwd/pipeline.cuh"
+#include "cuda/sm90/fwd/scheduler.cuh"
+#include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
 #include "cuda/sm90/mask.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -73,98 +76,9 @@ __global__ void __launch_bounds__(
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
       smem_raw + (1024 - smem_base % 1024) % 1024);
 
-  // Heaviest query tiles (causal: the last ones) first across each group of heads (tile_at), so the
-  // tail of each group, and of the grid, holds the short tiles.
-  const int64_t heads_total = int64_t(p.num_heads) * p.batch;
-  const int64_t num_tiles = int64_t(p.num_m_blocks) * heads_total;
-  // pair_causal: pair_slots slots per head (an odd count of query tiles leaves one slot empty).
-  const bool pairs = kPersistent && p.pair_causal;
-  const int pair_slots = 2 * ((p.num_m_blocks + 1) / 2);
-  const int64_t num_slots = pairs ? int64_t(pair_slots) * heads_total : num_tiles;
-  const int num_kv_blocks = int((int64_t(p.seq_kv) + kBlockN - 1) / kBlockN);
-  // Tile t: its query block, head, batch row and the KV tiles it sees, [n_lo, n_hi), visited last
-  // to first (n_end of them).
-  struct Tile {
-    int m_block, head, batch, kv_head, n_lo, n_hi, n_end;
-    int64_t row_begin;
-    PolicyMask policy;  // kMask: this batch row's whole mask
-    SegmentRange q_segments;  // kMask with segment ids: the query rows' id range
-  };
-  auto tile_at = [&](int64_t tile_index) JAX_DASH_INLINE {
-    Tile t;
-    // Group g holds heads [g * group_heads, ...) (the last group may hold fewer); inside a group
-    // the heaviest query tiles (causal: the last ones) come first, across the group's heads.
-    // pairs: slots 2i and 2i + 1 of a group hold the heavy and the light tile of pair i, whose
-    // head is the group's (i % group_size)-th and whose rank k is i / group_size: query tiles
-    // num_m_blocks - 1 - k and k (the light slot is empty where the two coincide).
-    const int per_head = pairs ? pair_slots : p.num_m_blocks;
-    const int64_t group_tiles = int64_t(p.group_heads) * per_head;
-    const int64_t group = tile_index / group_tiles;
-    const int64_t in_group = tile_index - group * group_tiles;
-    const int64_t first_head = group * p.group_heads;
-    const int64_t group_size = min(int64_t(p.group_heads), heads_total - first_head);
-    bool empty_slot = false;
-    int64_t bh;
-    if (pairs) {
-      const int64_t pair = in_group / 2;
-      const int k = int(pair / group_size);
-      const int heavy = p.num_m_blocks - 1 - k;
-      bh = first_head + pair % group_size;
-      t.m_block = in_group % 2 == 0 ? heavy : k;
-      empty_slot = in_group % 2 == 1 && k >= heavy;
-      if (empty_slot) t.m_block = p.num_m_blocks;  // past the last query row: nothing to write
-    } else {
-      t.m_block = p.num_m_blocks - 1 - int(in_group / group_size);
-      bh = first_head + in_group % group_size;
-    }
-    t.head = int(bh % p.num_heads);
-    t.batch = int(bh / p.num_heads);
-    t.kv_head = t.head / (p.num_heads / p.num_kv_heads);
-    t.row_begin = int64_t(t.m_block) * kBlockM;
-    const int64_t row_last = min(t.row_begin + kBlockM, int64_t(p.seq_q)) - 1;
-    t.n_lo = 0;
-    t.n_hi = p.is_causal ? min(num_kv_blocks, int(row_last / kBlockN) + 1) : num_kv_blocks;
-    t.policy = PolicyMask{};
-    t.q_segments = SegmentRange{1, 0};  // empty: set below where the row has segment ids
-    if (kMask && p.has_mask) {
-      t.policy.m = MaskPolicy{p.band, mask_row(p.q_lengths, p.kv_lengths, p.q_segments,
-                                               p.kv_segments, p.seq_q, p.seq_kv, t.batch)};
-      const TileRange band_tiles = band_kv_tiles(p.band, kBlockM, kBlockN, t.m_block);
-      t.n_lo = band_tiles.first;
-      t.n_hi = int(min(int64_t(band_tiles.end), ceil_div(t.policy.m.row.kv_length, kBlockN)));
-      if (t.row_begin >= t.policy.m.row.q_length) t.n_hi = t.n_lo;  // every row past its length
-      if (kSegments && t.n_lo < t.n_hi) {  // packed rows: the documents' tiles only
-        t.q_segments = query_tile_segments(t.policy.m.row, p.seq_q, t.row_begin, kBlockM);
-        narrow_kv_tiles_by_segments(t.policy.m.row, t.q_segments, p.seq_kv, kBlockN, t.n_lo,
-                                    t.n_hi);
-      }
-    }
-    if (empty_slot) t.n_hi = t.n_lo;
-    t.n_end = max(t.n_hi - t.n_lo, 0);
-    return t;
-  };
-  // Runs body(tile index) for this CTA's tiles: one, or with kPersistent every gridDim.x-th.
-  // kPersistent: round r gives CTA b tile r * G + b on even rounds and r * G + (G - 1 - b) on odd
-  // ones (G = gridDim.x), a bijection on every round, the last partial one included. With the
-  // heaviest tiles first in each group of about one wave, a plain grid stride gave CTA 0 the
-  // heaviest causal tile of every group (2026-11-24, call 6: causal 2k +65% against ws).
-  auto for_each_tile = [&](auto&& body) JAX_DASH_INLINE {
-    if constexpr (kPersistent) {
-      // pairs: round r gives CTA b slots r * 2G + 2b and + 1 (pairs of equal work: plain round
-      // robin). One loop and one call of body: a second copy of the tile body made ptxas spill.
-      const int64_t G = gridDim.x;
-      const int per_round = pairs ? 2 : 1;
-      const int64_t steps = ceil_div(num_slots, per_round * G) * per_round;
-      for (int64_t i = 0; i < steps; ++i) {
-        const int64_t r = pairs ? i / 2 : i;
-        const int64_t t = pairs ? r * 2 * G + 2 * int64_t(blockIdx.x) + (i & 1)
-                                : r * G + ((r & 1) ? G - 1 - blockIdx.x : blockIdx.x);
-        if (t < num_slots) body(t);
-      }
-    } else {
-      body(int64_t(blockIdx.x));
-    }
-  };
+  const FwdScheduler<kPersistent, FwdKernelParams<Traits>> scheduler(p);
+  const FwdKvRange<Traits, kMask, kSegments> kv_range(p);
+  const int num_kv_blocks = kv_range.num_kv_blocks;
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M,D)
   Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
@@ -198,24 +112,22 @@ __global__ void __launch_bounds__(
   }
   __syncthreads();  // the only CTA-wide barrier
 
-  // Iteration j of a tile's KV loop visits n_block = n_hi - 1 - j; K_j and V_j live in stage
-  // (kv_base + j) % 2, kv_base counting the KV iterations of this CTA's earlier tiles (0 without
-  // kPersistent). K and V are loaded separately because the pipelined loop below frees a K stage
-  // one iteration before the V stage of the same j. Q's barrier completes once per tile that has
-  // KV tiles (q_count of them before this one).
-  auto load_q = [&](const Tile& t) JAX_DASH_INLINE {
+  // Iteration j of a tile's KV loop visits n_block = n_hi - 1 - j, in the stage KvPipelineState
+  // gives. K and V are loaded separately because the pipelined loop below frees a K stage one
+  // iteration before the V stage of the same j.
+  auto load_q = [&](const FwdTile& t) JAX_DASH_INLINE {
     Tensor gQ = local_tile(mQ(_, _, t.head, t.batch), Shape<BlockM, HeadDim>{},
                            make_coord(t.m_block, _0{}));  // (BLK_M,D)
     Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
     copy(p.tma_q.with(smem.bar_q), tma_q.partition_S(gQ), tQsQ);
   };
-  auto load_k = [&](const Tile& t, int j, int stage) JAX_DASH_INLINE {
+  auto load_k = [&](const FwdTile& t, int j, int stage) JAX_DASH_INLINE {
     Tensor gK = local_tile(mK(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
                            make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
     Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
     copy(p.tma_k.with(smem.bar_k[stage]), tma_k.partition_S(gK), tKsK(_, _, _, stage));
   };
-  auto load_v = [&](const Tile& t, int j, int stage) JAX_DASH_INLINE {
+  auto load_v = [&](const FwdTile& t, int j, int stage) JAX_DASH_INLINE {
     Tensor gV = local_tile(mV(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
                            make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
     Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
@@ -230,21 +142,22 @@ __global__ void __launch_bounds__(
     // shuffles: every lane takes part) and its first thread waits and issues the loads;
     // otherwise that thread alone.
     if (kSegments ? threadIdx.x < 32 : is_leader) {
-      int kv_base = 0, q_count = 0;
-      for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
-        const Tile t = tile_at(tile_index);
+      KvPipelineState kv_pipe;
+      QPipelineState q_pipe;
+      scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
+        const FwdTile t = kv_range.tile(coord);
         if (t.n_end == 0) return;
         if (is_leader) {
           if constexpr (kPersistent) {
-            if (q_count > 0) {
-              cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (q_count - 1) & 1);
+            if (q_pipe.q_count > 0) {
+              cutlass::arch::ClusterBarrier::wait(&smem.q_empty, q_pipe.empty_phase());
             }
           }
           load_q(t);
           for (int j = 0; j < t.n_end; ++j) {
-            const int it = kv_base + j;
-            const int stage = it % kStages;
-            const int empty_phase = ((it / kStages) & 1) ^ 1;
+            const KvSlot slot = kv_pipe.kv(j);
+            const int stage = slot.stage();
+            const int empty_phase = slot.empty_phase();
             cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
             load_k(t, j, stage);
             cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
@@ -252,8 +165,8 @@ __global__ void __launch_bounds__(
           }
         }
         if constexpr (kSegments) __syncwarp();
-        kv_base += t.n_end;
-        ++q_count;
+        kv_pipe.advance(t.n_end);
+        q_pipe.advance();
       });
     }
     return;
@@ -305,9 +218,10 @@ __global__ void __launch_bounds__(
   // no soft cap. A zero or negative scale (allowed, if odd) takes the scale-first path.
   const bool fold = !(kMask && p.soft_cap > 0.f) && scale_log2 > 0.f;
   const float exponent_factor = fold ? scale_log2 : 1.f;
-  int kv_base = 0, q_count = 0;  // this CTA's KV iterations and Q loads before the current tile
-  for_each_tile([&](int64_t tile_index) JAX_DASH_INLINE {
-    const Tile tile = tile_at(tile_index);
+  KvPipelineState kv_pipe;
+  QPipelineState q_pipe;
+  scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
+    const FwdTile tile = kv_range.tile(coord);
     const int n_hi = tile.n_hi, n_end = tile.n_end;
     const int64_t row_begin = tile.row_begin;
     const PolicyMask& policy = tile.policy;
@@ -345,8 +259,9 @@ __global__ void __launch_bounds__(
     // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
     // no P V, and the last P V runs after the loop.
     auto issue_qk = [&](int j) JAX_DASH_INLINE {
-      const int stage = (kv_base + j) % kStages;
-      Barrier::wait(&smem.bar_k[stage], ((kv_base + j) / kStages) & 1);
+      const KvSlot slot = kv_pipe.kv(j);
+      const int stage = slot.stage();
+      Barrier::wait(&smem.bar_k[stage], slot.full_phase());
       mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(tSrS);
       warpgroup_arrive();
@@ -358,8 +273,9 @@ __global__ void __launch_bounds__(
       warpgroup_commit_batch();
     };
     auto issue_pv = [&](int j) JAX_DASH_INLINE {
-      const int stage = (kv_base + j) % kStages;
-      Barrier::wait(&smem.bar_v[stage], ((kv_base + j) / kStages) & 1);
+      const KvSlot slot = kv_pipe.kv(j);
+      const int stage = slot.stage();
+      Barrier::wait(&smem.bar_v[stage], slot.full_phase());
       warpgroup_fence_operand(tOrP_storage);
       warpgroup_fence_operand(tOrO);
       warpgroup_arrive();
@@ -431,18 +347,18 @@ __global__ void __launch_bounds__(
       }
     }
     if (n_end > 0) {
-      Barrier::wait(&smem.bar_q, q_count & 1);
+      Barrier::wait(&smem.bar_q, q_pipe.full_phase());
       for (int t = 0; t < first; ++t) {  // skipped turns
         // The turn's waits stay: a later parity wait of this warpgroup on a stage is then never
         // two phases ahead of it (without them, a warpgroup whose skipped steps covered a
         // stage's previous use could pass its wait on the stage's older phase: the model found
         // that deadlock where no warpgroup of a tile computes every step).
         turn_begin();
-        const int it = kv_base + t;
-        Barrier::wait(&smem.bar_k[it % kStages], (it / kStages) & 1);
-        if (t > 0) Barrier::wait(&smem.bar_v[(it - 1) % kStages], ((it - 1) / kStages) & 1);
-        release(&smem.k_empty[it % kStages]);
-        if (t > 0) release(&smem.v_empty[(it - 1) % kStages]);
+        const KvSlot slot = kv_pipe.kv(t);
+        Barrier::wait(&smem.bar_k[slot.stage()], slot.full_phase());
+        if (t > 0) Barrier::wait(&smem.bar_v[slot.previous().stage()], slot.previous().full_phase());
+        release(&smem.k_empty[slot.stage()]);
+        if (t > 0) release(&smem.v_empty[slot.previous().stage()]);
         release_q_after(t);
         turn_end(t);
       }
@@ -452,11 +368,11 @@ __global__ void __launch_bounds__(
         turn_end(first);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
-        release(&smem.k_empty[(kv_base + first) % kStages]);
+        release(&smem.k_empty[kv_pipe.kv(first).stage()]);
         if (first > 0) {  // V_{first-1} landed (its phase is this wait's: this warpgroup holds it)
-          const int it = kv_base + first - 1;
-          Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
-          release(&smem.v_empty[it % kStages]);
+          const KvSlot v_slot = kv_pipe.kv(first).previous();
+          Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
+          release(&smem.v_empty[v_slot.stage()]);
         }
         release_q_after(first);
         softmax_scores(first);
@@ -476,7 +392,7 @@ __global__ void __launch_bounds__(
       turn_end(iter);
       warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
       warpgroup_fence_operand(tSrS);
-      release(&smem.k_empty[(kv_base + iter) % kStages]);
+      release(&smem.k_empty[kv_pipe.kv(iter).stage()]);
       release_q_after(iter);
       softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
       warpgroup_fence_operand(tSrS);
@@ -490,15 +406,15 @@ __global__ void __launch_bounds__(
       // V_{iter-1}'s stage, whose phase this warp waited for in issue_pv and which cannot move
       // before this warp's v_empty release below.
       if constexpr (kPersistent) {
-        const int it = kv_base + iter - 1;
-        Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+        const KvSlot v_slot = kv_pipe.kv(iter).previous();
+        Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
       } else {
-        Barrier::wait(&smem.bar_q, q_count & 1);
+        Barrier::wait(&smem.bar_q, q_pipe.full_phase());
       }
       warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
       warpgroup_fence_operand(tOrO);
       warpgroup_fence_operand(tOrP_storage);
-      release(&smem.v_empty[(kv_base + iter - 1) % kStages]);
+      release(&smem.v_empty[kv_pipe.kv(iter).previous().stage()]);
       scores_to_p();
     }
     if (n_end > 0) {
@@ -507,8 +423,8 @@ __global__ void __launch_bounds__(
         softmax.rescale(out_acc, correction);
         issue_pv(n_end - 1);
       } else {  // every step skipped: the turn's wait only (see the skipped turns above)
-        const int it = kv_base + n_end - 1;
-        Barrier::wait(&smem.bar_v[it % kStages], (it / kStages) & 1);
+        const KvSlot v_slot = kv_pipe.kv(n_end).previous();
+        Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
       }
       turn_end(last_turn);
       if (first < n_end) {
@@ -516,7 +432,7 @@ __global__ void __launch_bounds__(
         warpgroup_fence_operand(tOrO);
       }
       // The last V stage of the tile: the one-tile kernel ends here, the persistent one reuses it.
-      if constexpr (kPersistent) release(&smem.v_empty[(kv_base + n_end - 1) % kStages]);
+      if constexpr (kPersistent) release(&smem.v_empty[kv_pipe.kv(n_end).previous().stage()]);
     }
 
     float lse[kRows];
@@ -584,8 +500,8 @@ __global__ void __launch_bounds__(
       }
     }
     if (n_end > 0) {
-      kv_base += n_end;
-      ++q_count;
+      kv_pipe.advance(n_end);
+      q_pipe.advance();
     }
   });
   // kTmaStoreO: the last TMA store must have read its slice before the CTA's shared memory goes.

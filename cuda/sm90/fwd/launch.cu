@@ -14,6 +14,7 @@
 #include "cuda/mask.h"
 #include "cuda/params.h"
 #include "cuda/sm90/fwd/kernel.cuh"
+#include "cuda/sm90/fwd/scheduler.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
 #include "cuda/sm90/launch.h"
 
@@ -93,16 +94,10 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
                            Traits::kMathRegisters * Traits::kMathThreads) /
                           Traits::kThreads;
   if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  int64_t grid = num_tiles;
-  if constexpr (kPersistent) {
-    // One CTA per SM (the math warps' 240 or 160 registers allow no second), each
-    // looping over its tiles.
-    // (pairs: one CTA per pair at most)
-    const int64_t units = p.pair_causal
-                              ? ceil_div(int64_t(p.num_m_blocks), int64_t(2)) * ap.num_heads * ap.batch
-                              : num_tiles;
-    grid = std::min<int64_t>(units, sms);
-  }
+  const int64_t num_pairs =
+      ceil_div(int64_t(p.num_m_blocks), int64_t(2)) * ap.num_heads * ap.batch;
+  const int64_t grid = fwd::FwdScheduler<kPersistent, FwdKernelParams<Traits>>::grid_size(
+      num_tiles, num_pairs, p.pair_causal, sms);
   kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Traits::kThreads), Traits::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();

@@ -136,7 +136,7 @@ struct FwdKernelParams {
   int32_t group_heads;
   // kPersistent, causal, fwd_block_m a multiple of fwd_block_n (launch_fwd): each CTA takes query
   // tiles in pairs, the k-th heaviest and the k-th lightest of a head, whose KV lengths add up to
-  // the same total for every k, and the pairs go round robin (tile_at, for_each_tile).
+  // the same total for every k, and the pairs go round robin (fwd/scheduler.cuh).
   bool pair_causal;
   const float* scale;  // device pointer to the 0-d float32 softmax scale (AttentionParams)
   bool is_causal;

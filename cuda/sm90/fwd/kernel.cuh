@@ -29,8 +29,10 @@
 
 #include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/fwd/epilogue.cuh"
 #include "cuda/sm90/fwd/named_barrier.cuh"
 #include "cuda/sm90/fwd/pipeline.cuh"
+#include "cuda/sm90/fwd/producer.cuh"
 #include "cuda/sm90/fwd/scheduler.cuh"
 #include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  using Epilogue = FwdEpilogue<Traits>;
 
   extern __shared__ char smem_raw[];
   // Aligned by offsetting smem_raw itself (as bwd_main.cuh does) rather than through an integer.
@@ -85,17 +88,6 @@ __global__ void __launch_bounds__(
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
   Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});  // (D,BLK_N,STAGES)
 
-  // TMA views of this CTA's tiles.
-  Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
-  Tensor mK = p.tma_k.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
-  Tensor mV = p.tma_v.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
-  auto tma_q = p.tma_q.get_slice(_0{});
-  auto tma_k = p.tma_k.get_slice(_0{});
-  auto tma_v = p.tma_v.get_slice(_0{});
-  Tensor tQsQ = tma_q.partition_D(sQ);
-  Tensor tKsK = tma_k.partition_D(sK);  // (TMA,TMA_N,TMA_D,STAGES)
-  Tensor tVsV = tma_v.partition_D(sV);
-
   const bool is_leader = threadIdx.x == 0;
   if (is_leader) {
     Barrier::init(&smem.bar_q, 1);
@@ -112,63 +104,10 @@ __global__ void __launch_bounds__(
   }
   __syncthreads();  // the only CTA-wide barrier
 
-  // Iteration j of a tile's KV loop visits n_block = n_hi - 1 - j, in the stage KvPipelineState
-  // gives. K and V are loaded separately because the pipelined loop below frees a K stage one
-  // iteration before the V stage of the same j.
-  auto load_q = [&](const FwdTile& t) JAX_DASH_INLINE {
-    Tensor gQ = local_tile(mQ(_, _, t.head, t.batch), Shape<BlockM, HeadDim>{},
-                           make_coord(t.m_block, _0{}));  // (BLK_M,D)
-    Barrier::arrive_and_expect_tx(&smem.bar_q, Traits::kQBytes);
-    copy(p.tma_q.with(smem.bar_q), tma_q.partition_S(gQ), tQsQ);
-  };
-  auto load_k = [&](const FwdTile& t, int j, int stage) JAX_DASH_INLINE {
-    Tensor gK = local_tile(mK(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
-                           make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
-    Barrier::arrive_and_expect_tx(&smem.bar_k[stage], Traits::kKVStageBytes);
-    copy(p.tma_k.with(smem.bar_k[stage]), tma_k.partition_S(gK), tKsK(_, _, _, stage));
-  };
-  auto load_v = [&](const FwdTile& t, int j, int stage) JAX_DASH_INLINE {
-    Tensor gV = local_tile(mV(_, _, t.kv_head, t.batch), Shape<BlockN, HeadDim>{},
-                           make_coord(t.n_hi - 1 - j, _0{}));  // (BLK_N,D)
-    Barrier::arrive_and_expect_tx(&smem.bar_v[stage], Traits::kKVStageBytes);
-    copy(p.tma_v.with(smem.bar_v[stage]), tma_v.partition_S(gV), tVsV(_, _, _, stage));
-  };
   if (threadIdx.x < kThreadsPerWarpgroup) {
-    // Producer warpgroup: one thread loads Q, then K_j and V_j into their stage as soon as every
-    // math warp has released the stage's previous tile (the first use of a stage passes at once);
-    // with kPersistent the next tile's Q once every math warp has released this one's.
+    // Producer warpgroup: every TMA load (fwd/producer.cuh).
     warpgroup_registers_decrease<Traits::kProducerRegisters>();
-    // kMask: the first warp walks the tiles (tile_at may narrow a tile's KV range with warp
-    // shuffles: every lane takes part) and its first thread waits and issues the loads;
-    // otherwise that thread alone.
-    if (kSegments ? threadIdx.x < 32 : is_leader) {
-      KvPipelineState kv_pipe;
-      QPipelineState q_pipe;
-      scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
-        const FwdTile t = kv_range.tile(coord);
-        if (t.n_end == 0) return;
-        if (is_leader) {
-          if constexpr (kPersistent) {
-            if (q_pipe.q_count > 0) {
-              cutlass::arch::ClusterBarrier::wait(&smem.q_empty, q_pipe.empty_phase());
-            }
-          }
-          load_q(t);
-          for (int j = 0; j < t.n_end; ++j) {
-            const KvSlot slot = kv_pipe.kv(j);
-            const int stage = slot.stage();
-            const int empty_phase = slot.empty_phase();
-            cutlass::arch::ClusterBarrier::wait(&smem.k_empty[stage], empty_phase);
-            load_k(t, j, stage);
-            cutlass::arch::ClusterBarrier::wait(&smem.v_empty[stage], empty_phase);
-            load_v(t, j, stage);
-          }
-        }
-        if constexpr (kSegments) __syncwarp();
-        kv_pipe.advance(t.n_end);
-        q_pipe.advance();
-      });
-    }
+    FwdProducer<Traits, kPersistent, kSegments>::run(p, smem, scheduler, kv_range, sQ, sK, sV);
     return;
   }
   warpgroup_registers_increase<Traits::kMathRegisters>();
@@ -225,7 +164,6 @@ __global__ void __launch_bounds__(
     const int n_hi = tile.n_hi, n_end = tile.n_end;
     const int64_t row_begin = tile.row_begin;
     const PolicyMask& policy = tile.policy;
-    const int head = tile.head, batch = tile.batch;
     // Turn-taking (ping-pong with two warpgroups, round robin with three): each math
     // warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations, epilogue). The first
     // warpgroup goes first (the last one's opening arrive); the last one's final hand-over is
@@ -438,76 +376,13 @@ __global__ void __launch_bounds__(
     float lse[kRows];
     softmax.finalize(out_acc, lse);
 
-    // Epilogue: rows past seq_q are never written. kTmaStoreO: O through this warpgroup's slice of
-    // shared memory and one TMA store; else adjacent column pairs as one 32-bit store each.
-    if constexpr (Traits::kTmaStoreO) {
-      const bool store_leader = math_tid % kThreadsPerWarpgroup == 0;
-      // The slice is free once this warpgroup's previous TMA store has read it (persistent: the
-      // previous tile's; a no-op otherwise), which its leader waits for before the barrier.
-      if (store_leader) bulk_wait_group_read_all();
-      named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
-      Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), typename Traits::SmemLayoutO{});
-      Tensor tOsO = thr_pv.partition_C(sO);  // this thread's accumulator elements of O
-      // Elements 2i, 2i+1 are adjacent columns of one row (one 16-byte chunk of the swizzled
-      // slice): one st.shared.b32 per pair (a cute copy here compiled to generic stores with
-      // 64-bit swizzle arithmetic).
-      CUTE_UNROLL
-      for (int i = 0; i < size(tOrO); i += 2) {
-        st_shared_u32(&tOsO(i), pack_pair(static_cast<Element>(tOrO(i)),
-                                          static_cast<Element>(tOrO(i + 1))));
-      }
-      fence_async_shared();  // generic smem writes -> the TMA store's reads
-      named_barrier_sync(kEpilogueBarrier + math_wg, kThreadsPerWarpgroup);
-      if (store_leader) {
-        Tensor mO = p.tma_o.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
-        Tensor gO = local_tile(mO(_, _, head, batch), Shape<Int<kWarpgroupRows>, HeadDim>{},
-                               make_coord(int(row_begin / kWarpgroupRows) + math_wg, _0{}));
-        Tensor sOwg = make_tensor(make_smem_ptr(smem.o.data() + math_wg * cosize_v<
-                                      typename Traits::SmemLayoutOWg>),
-                                  typename Traits::SmemLayoutOWg{});
-        auto tma_o = p.tma_o.get_slice(_0{});
-        copy(p.tma_o, tma_o.partition_S(sOwg), tma_o.partition_D(gO));
-        bulk_commit_group();
-      }
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = row_begin + get<0>(out_coords(r, 0));
-        if (row < p.seq_q && math_tid % 4 == 0) {
-          p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
-        }
-      }
-    } else {
-      Element* out = static_cast<Element*>(p.out);
-      const int64_t out_row_stride = int64_t(p.num_heads) * kHeadDim;
-      Element* out_head =
-          out + (int64_t(batch) * p.seq_q) * out_row_stride + int64_t(head) * kHeadDim;
-      static_assert(decltype(size<1>(out_acc))::value % 2 == 0);
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = row_begin + get<0>(out_coords(r, 0));
-        if (row >= p.seq_q) continue;
-        Element* out_row = out_head + row * out_row_stride;
-        CUTE_UNROLL
-        for (int c = 0; c < size<1>(out_acc); c += 2) {
-          const int col = get<1>(out_coords(r, c));
-          __align__(4) Element pair[2] = {static_cast<Element>(out_acc(r, c)),
-                                          static_cast<Element>(out_acc(r, c + 1))};
-          *reinterpret_cast<uint32_t*>(out_row + col) = *reinterpret_cast<const uint32_t*>(pair);
-        }
-        if (math_tid % 4 == 0) {
-          p.lse[(int64_t(batch) * p.num_heads + head) * p.seq_q + row] = lse[r];
-        }
-      }
-    }
+    Epilogue::store(p, smem, tile, thr_pv, tOrO, out_coords, lse, math_tid, math_wg);
     if (n_end > 0) {
       kv_pipe.advance(n_end);
       q_pipe.advance();
     }
   });
-  // kTmaStoreO: the last TMA store must have read its slice before the CTA's shared memory goes.
-  if constexpr (Traits::kTmaStoreO) {
-    if (math_tid % kThreadsPerWarpgroup == 0) bulk_wait_group_all();
-  }
+  Epilogue::finish(math_tid);
 }
 
 }  // namespace jax_dash::sm90::fwd

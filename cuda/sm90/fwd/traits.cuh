@@ -29,6 +29,7 @@ constexpr int kStages = 2;          // K/V shared-memory ring depth
 // not depend on the query tile, so the bits are the same.
 template <class Element, int kHeadDim, bool kNarrowRows = false, bool kPersistent = false>
 struct FwdKernelTraits {
+  using ElementType = Element;
   static constexpr TileConfig kTiles = tile_config(kHeadDim);
   static constexpr int kBlockM =
       kNarrowRows ? std::min(kTiles.fwd_block_m, 128) : kTiles.fwd_block_m;

@@ -11,6 +11,7 @@
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
@@ -18,6 +19,19 @@
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
+
+// Q tile m's turn at its dq_accum tile under a deterministic schedule: a workspace counter of the
+// contributions already added (cuda/schedule.h dq_ticket). The step whose ticket equals the count
+// adds; it passes the turn on only once its adds are complete in global memory, not merely read
+// from shared memory, so that the next holder's adds land after them.
+struct DqTicket {
+  int32_t* counter;
+  __device__ __forceinline__ void wait(int32_t ticket) const { spin_until_equal(counter, ticket); }
+  __device__ __forceinline__ void release() const {
+    fence_async_global();  // the completed bulk reduction (async proxy) before the release
+    red_release_gpu_add(counter, 1);
+  }
+};
 
 // ---- dQ writer warp -----------------------------------------------------------------------------
 template <class Traits, class Storage>
@@ -35,10 +49,10 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   float* dq_accum = p.workspace_f32 + ws.dq_accum;
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
-  int q_iter = 0;  // kdQInStage: steps so far (all units), as the producer counts them
+  PipelineState<Traits::kStages> q_pipe;  // kdQInStage: the Q/dO ring, as the producer counts it
 
   WsUnit u;
-  while (published_unit(P, smem, &u)) {
+  while (UnitScheduler<Traits>::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     // The buffers are free for the unit's first steps (the previous unit's reductions were waited
     // for).
@@ -46,16 +60,16 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
       for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
         named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
     }
-    for (int s = 0; s < num_steps; ++s, ++q_iter) {
+    for (int s = 0; s < num_steps; ++s, q_pipe.advance()) {
       // kdQInStage: the stage's barrier; otherwise the buffer's.
-      const int buf = Traits::kdQInStage ? q_iter % Traits::kStages
+      const int buf = Traits::kdQInStage ? q_pipe.index()
                                          : (Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages);
       const int m = visit_m[s];
-      int32_t* sem = dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m;
+      const DqTicket ticket{dq_sem + static_cast<int64_t>(u.head_linear) * P.sp.num_q_tiles + m};
       // Wait for the ticket first: the spin overlaps the math warpgroups' work on this step.
       if (deterministic && leader) {
         const long long t0 = tracer.start();
-        spin_until_equal(sem, visit_ticket[s]);
+        ticket.wait(visit_ticket[s]);
         tracer.stop(kTraceWriterWaitTicket, t0);
         fence_async_global();  // the bulk reduction below is ordered after the acquire
       }
@@ -96,15 +110,12 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
         named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
       }
       if (leader) {
-        // Release only once the adds are complete in global memory (not merely read from shared
-        // memory): the next ticket holder's adds must land after ours.
         const long long t_complete = tracer.start();
         bulk_wait_group_all();
         tracer.stop(kTraceWriterComplete, t_complete);
         if (deterministic) {
           const long long t_release = tracer.start();
-          fence_async_global();
-          red_release_gpu_add(sem, 1);
+          ticket.release();
           tracer.stop(kTraceWriterRelease, t_release);
         }
       }

@@ -44,6 +44,20 @@
 // Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
 // P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
 // bwd_main.cuh), so the gradients are a different bits version from bwd_main.cuh's.
+//
+// The roles live in files of their own (cuda/sm90/bwd/), in the manner of FlashAttention-3's
+// hopper/ directory; this file only initialises the barriers, moves registers between the
+// warpgroups and dispatches the roles:
+//   traits.cuh         tile shapes, MMA types, shared storage, TMA descriptors, WsParams
+//   scheduler.cuh      work units: the math's in-order fetch, the others' hand-off (UnitScheduler)
+//   unit_tables.cuh    a unit's visit order and tickets with hidden steps left out (kMask)
+//   pipeline.cuh       stage index and barrier phase of the rings (PipelineState)
+//   producer.cuh       the producer warp (TMA loads)
+//   dq_writer.cuh      the dQ writer warp and Q tile m's ticket (DqTicket)
+//   mainloop.cuh       the math warpgroups: the step loop of the five products
+//   epilogue.cuh       the dK/dV epilogue policies (EpilogueTma, EpilogueStagedF32,
+//                      EpilogueDirect) and the choice among them (DkDvEpilogue)
+//   named_barrier.cuh  named-barrier ids; trace.cuh the opt-in per-role wait trace
 #pragma once
 
 #include <cuda_runtime.h>

@@ -13,6 +13,7 @@
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
@@ -61,7 +62,6 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   using HeadDim = typename Traits::HeadDim;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
-  constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kMathThreads = Traits::kMathThreads;
   const AttentionParams& p = P.p;
   const ScheduleProblem& sp = P.sp;
@@ -127,30 +127,21 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
   const long long t_begin = tracer.start();
 
-  int64_t item = -1;
-  int kv = 0;
-  int q_iter = 0;
+  UnitScheduler<Traits> scheduler{P};
+  PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring (and the dS^T buffers: its count)
+  // K/V's one buffer: its phase is the parity of the loads waited for. Kept a count: as a
+  // PipelineState<1> it moved the two counters' registers (unmasked) or stack slots (masked).
   int kv_loads = 0;
   while (true) {
     const long long t_unit = tracer.start();
-    // Fetch the next unit: the rest of this item, else the next untaken item (in-order fetch).
-    if (tid == 0) {
-      const bool same_item =
-          item >= 0 && kv + 1 < item_num_kv_tiles(sp, static_cast<int>(item % items_per_head(sp)));
-      const int64_t next = same_item ? item : static_cast<int64_t>(atomicAdd(item_counter, 1));
-      smem.unit_item = next;
-      smem.unit_kv = same_item ? kv + 1 : 0;
-    }
-    named_barrier_sync(kMathBarrier, kMathThreads);
-    item = smem.unit_item;
-    kv = smem.unit_kv;
+    scheduler.fetch_next(smem, item_counter, tid);
     tracer.stop(kTraceMathFetch, t_unit);
     const long long t_tables = tracer.start();
-    const bool done = item >= P.total_items;
+    const bool done = scheduler.done();
     WsUnit u{};
     int num_steps = 0;
     if (!done) {
-      u = read_unit(sp, item, kv, 0);
+      u = scheduler.unit();
       // Visit order and tickets of this unit go to shared memory: the producer, the writer and
       // the math read them at every step.
       if (drop_hidden) {
@@ -181,7 +172,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     }
     tracer.stop(kTraceMathTables, t_tables);
     const long long t_publish = tracer.start();
-    // The previous unit's dK/dV TMA stores (store_dk_dv_tma) read K's and V's tiles: they must be
+    // The previous unit's dK/dV TMA stores (EpilogueTma) read K's and V's tiles: they must be
     // read before this barrier releases the producer to load the next unit's K and V into them.
     if (tid == 0) bulk_wait_group_read_all();
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
@@ -212,15 +203,14 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     tracer.stop(kTraceMathUnitStart, t_unit);
     tracer.add(kTraceMathUnits, 1);
 
-    for (int step = 0; step < num_steps; ++step, ++q_iter) {
-      const int stage = q_iter % Traits::kStages;
-      const int ds_stage = Traits::kdSStages == 1 ? 0 : q_iter % Traits::kdSStages;
+    for (int step = 0; step < num_steps; ++step, q_pipe.advance()) {
+      const int stage = q_pipe.index();
+      const int ds_stage = Traits::kdSStages == 1 ? 0 : q_pipe.count % Traits::kdSStages;
       const int m = visit_m[step];
       // This step's partial is stored, not added (WsParams::dq_first_store): as zero_plus(x).
       const bool dq_first = P.dq_first_store && visit_ticket[step] == 0;
       const long long t_q = tracer.start();
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage],
-                                                     (q_iter / Traits::kStages) & 1);
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage], q_pipe.phase());
       tracer.stop(kTraceMathWaitQ, t_q);
 
       Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
@@ -431,32 +421,9 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
       }  // !kdQInStage
     }
 
-    // Epilogue: dK = scale * sum dS^T Q, dV = sum P^T dO (bwd_main.cuh's, over the math threads).
-    // Without GQA and with 16-bit gradients through K's and V's tiles and TMA stores, in every
-    // instantiation (the masked one too: the epilogue sees no mask, rows past seq_kv are clipped).
     const long long t_epilogue = tracer.start();
-    if (tma_dkv_epilogue(p)) {
-      store_dk_dv_tma<Traits>(P, smem, thr_dkv, tid, scale, static_cast<int>(b), h, u.n, tdKrdK,
-                              tdVrdV);
-    } else if constexpr (!Traits::kMask) {
-      // Staged in float32 from K on, over the shared memory no role reads until the unit barrier:
-      // up to the dQ buffers, or (kdQInStage) up to Q (the writer may still read dQ from the Q/dO
-      // stages).
-      constexpr size_t kStageEnd =
-          (Traits::kdQInStage ? offsetof(typename Traits::SharedStorage, q)
-                              : offsetof(typename Traits::SharedStorage, dq)) -
-          offsetof(typename Traits::SharedStorage, k);
-      static_assert(kStageEnd >= kBlockN * kHeadDim * sizeof(float),
-                    "the staging region holds one staged float32 tile");
-      store_dk_dv_staged_f32<Element, kHeadDim, kBlockN, kMathThreads>(
-          p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
-          reinterpret_cast<float*>(smem.k));
-    } else {
-      // The masked instantiation keeps the direct path here: with the staged float32 epilogue
-      // its step loop's spills grew (ptxas, hd128: 48 -> 185 local loads).
-      store_dk_dv<Element, kHeadDim>(p, sp, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc,
-                                     [] { named_barrier_sync(kMathBarrier, kMathThreads); });
-    }
+    DkDvEpilogue<Traits>::store(P, smem, thr_dkv, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV,
+                                tdKVc);
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
     tracer.stop(kTraceMathEpilogue, t_epilogue);
   }

@@ -10,6 +10,7 @@
 #include "cuda/params.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
@@ -52,9 +53,9 @@ __device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& 
   Tensor tKsK = tma_k.partition_D(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{}));
   Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
 
-  int q_iter = 0;  // steps issued so far (all units): stage = q_iter % 2, phase = (q_iter / 2) & 1
+  PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring, as the math and the writer count it
   WsUnit u;
-  while (published_unit(P, smem, &u)) {
+  while (UnitScheduler<Traits>::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     const int b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
@@ -71,9 +72,9 @@ __device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& 
     Tensor tQgQ = tma_q.partition_S(gQ);     // (TMA,TMA_M,TMA_D,Nq)
     Tensor tdOgdO = tma_do.partition_S(gdO);
     const int64_t head_rows = static_cast<int64_t>(u.head_linear) * rows_q;
-    for (int s = 0; s < num_steps; ++s, ++q_iter) {
-      const int stage = q_iter % Traits::kStages;
-      const int phase = (q_iter / Traits::kStages) & 1;
+    for (int s = 0; s < num_steps; ++s, q_pipe.advance()) {
+      const int stage = q_pipe.index();
+      const int phase = q_pipe.phase();
       // The first use of each stage passes at once (waiting for the phase before the first).
       const long long t0 = tracer.start();
       cutlass::arch::ClusterBarrier::wait(&smem.q_empty[stage], phase ^ 1);

@@ -114,7 +114,7 @@ struct WsTraits {
 
   template <int kdSStages>
   struct Storage {
-    // The dK/dV epilogue writes dK and dV into k and v (store_dk_dv_tma), or (GQA, float32
+    // The dK/dV epilogue writes dK and dV into k and v (EpilogueTma), or (GQA, float32
     // gradients) stages them from k on, over everything up to q (kdQInStage: the writer may still
     // read the last steps' dQ from their Q/dO stages) or up to dq.
     alignas(1024) Element k[kBlockN * kHeadDim];
@@ -177,8 +177,8 @@ struct WsTraits {
 
 // Whether a call's dK/dV epilogue goes through K's and V's shared memory and TMA stores: no GQA
 // (each KV head's gradient is one unit's tile, written once) and 16-bit gradients (the tile's
-// element type). Host (bwd_launch.cu builds the store descriptors) and device (ws_math) agree on it
-// through this one test.
+// element type). Host (bwd_launch.cu builds the store descriptors) and device (DkDvEpilogue)
+// agree on it through this one test.
 __host__ __device__ __forceinline__ bool tma_dkv_epilogue(const AttentionParams& p) {
   return p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32;
 }

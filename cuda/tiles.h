@@ -23,7 +23,7 @@ JAX_DASH_HD constexpr TileConfig tile_config(int head_dim) {
   // on a 16-per-clock unit) outlasts one other warpgroup's two wgmmas, so with two warpgroups the
   // tensor cores wait on it; with three it runs under the other two's. (A row's arithmetic does
   // not depend on the query tile: the forward's bits are the same at 128 or 192 rows. The masked
-  // forward kernels stay at 128 rows: fwd_sm90.cu, kNarrowRows.)
+  // forward kernels stay at 128 rows: fwd/traits.cuh, kNarrowRows.)
   if (head_dim <= 64) return TileConfig{192, 128, 128, 128};
   // <= 128: dK/dV accumulators (2 x 128 x 128 fp32) fill the registers of two warpgroups, so the
   // backward takes 64 query rows per step.

@@ -20,8 +20,9 @@ namespace jax_dash::sm90::fwd {
 
 // The lse of each of this thread's rows: one thread of the four that share a row writes it.
 template <int kRows, class Params, class Coords>
-__device__ __forceinline__ void store_lse(const Params& p, const FwdTile& tile, const Coords& out_coords,
-                                          const float (&lse)[kRows], unsigned math_tid) {
+__device__ __forceinline__ void store_lse(const Params& p, const FwdTile& tile,
+                                          const Coords& out_coords, const float (&lse)[kRows],
+                                          unsigned math_tid) {
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int64_t row = tile.row_begin + get<0>(out_coords(r, 0));

@@ -1,13 +1,14 @@
 // Hopper (sm_90a) attention forward: out = softmax(scale * Q K^T) V and lse, per (batch, head).
 //
-// One CTA computes one query tile of one (batch, head), 128 rows (192 at head_dim 64; tiles.h)
-// with one consumer warpgroup per 64 rows. K/V tiles stream through a 2-stage shared-memory ring
-// filled by TMA (one elected thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a wgmma with both
-// operands in shared memory; the online softmax runs on the accumulator registers; P is converted
-// to 16 bits in registers and O += P V is a wgmma with A from registers. Each warpgroup pipelines
-// its loop: S of the next KV tile is issued together with P V of the current one, so the tensor
-// cores work while the softmax runs. KV tiles are visited last to first so the tiles that need
-// element-wise masks (causal diagonal, partial last tile) come first and the rest run mask-free.
+// One CTA computes one query tile of one (batch, head), 128 rows (192 at head_dim 64; tiles.h) with
+// one consumer warpgroup per 64 rows. K/V tiles stream through a 2-stage shared-memory ring filled
+// by TMA (one elected thread issues the copies; mbarriers carry the byte counts). S = Q K^T is a
+// wgmma with both operands in shared memory; the online softmax runs on the accumulator registers;
+// P is converted to 16 bits in registers and O += P V is a wgmma with A from registers. Each
+// warpgroup pipelines its loop: S of the next KV tile is issued together with P V of the current
+// one, so the tensor cores work while the softmax runs. KV tiles are visited last to first so the
+// tiles that need element-wise masks (causal diagonal, partial last tile) come first and the rest
+// run mask-free.
 //
 // Warp-specialized (stages F1 + F2 of the kernel plan, not in this repository): a third
 // warpgroup, registers lowered to 24, issues every TMA load; each K/V stage has an "empty" mbarrier
@@ -17,6 +18,12 @@
 // "ping-pong" with two), so one warpgroup's softmax runs while the others' wgmmas use the tensor
 // cores. (The first kernel, without a producer warpgroup, "classic", took 12-19% longer at 8k-16k
 // tokens on an H100 on 2026-11-23 and is deleted: maintainers/perf-notes.md.)
+//
+// The kernel only sets up the barriers, moves registers between warpgroups and dispatches the
+// roles, each in its own file: FwdProducer (producer.cuh) and FwdMainloop (mainloop.cuh, which
+// ends each tile with FwdEpilogue, epilogue.cuh), over the tiles of FwdScheduler (scheduler.cuh)
+// and the KV ranges of FwdKvRange (tile.cuh); traits.cuh holds the shapes, the shared storage and
+// the parameters, pipeline.cuh the ring's stage and phase, named_barrier.cuh the barrier ids.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,17 +34,12 @@
 
 #include <cstdint>
 
-#include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/fwd/epilogue.cuh"
-#include "cuda/sm90/fwd/named_barrier.cuh"
-#include "cuda/sm90/fwd/pipeline.cuh"
+#include "cuda/sm90/fwd/mainloop.cuh"
 #include "cuda/sm90/fwd/producer.cuh"
 #include "cuda/sm90/fwd/scheduler.cuh"
 #include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
-#include "cuda/sm90/mask.cuh"
-#include "cuda/sm90/softmax.cuh"
 
 namespace jax_dash::sm90::fwd {
 
@@ -64,16 +66,10 @@ __global__ void __launch_bounds__(
   static_assert(!kPersistent || !kMask, "the persistent loop is written for the unmasked kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
   using Traits = FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>;
-  using BlockM = typename Traits::BlockM;
-  using BlockN = typename Traits::BlockN;
-  using HeadDim = typename Traits::HeadDim;
-  constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kBlockN = Traits::kBlockN;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
-  using Epilogue = FwdEpilogue<Traits>;
 
   extern __shared__ char smem_raw[];
-  // Aligned by offsetting smem_raw itself (as bwd_main.cuh does) rather than through an integer.
+  // Aligned by offsetting smem_raw itself (as the backward does) rather than through an integer.
   // (This alone did not make the epilogue's stores to the O slices STS: st_shared_u32 does.)
   const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(
@@ -81,12 +77,12 @@ __global__ void __launch_bounds__(
 
   const FwdScheduler<kPersistent, FwdKernelParams<Traits>> scheduler(p);
   const FwdKvRange<Traits, kMask, kSegments> kv_range(p);
-  const int num_kv_blocks = kv_range.num_kv_blocks;
 
-  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});  // (BLK_M,D)
-  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
-  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});  // (BLK_N,D,STAGES)
-  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});  // (D,BLK_N,STAGES)
+  // Q (BLK_M,D); K and V (BLK_N,D,STAGES); V seen as (D,BLK_N,STAGES) for P V.
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
 
   const bool is_leader = threadIdx.x == 0;
   if (is_leader) {
@@ -111,278 +107,8 @@ __global__ void __launch_bounds__(
     return;
   }
   warpgroup_registers_increase<Traits::kMathRegisters>();
-  const unsigned math_tid = threadIdx.x - kThreadsPerWarpgroup;
-  // Broadcast from lane 0 so that ptxas knows the index is warp-uniform: branches and barrier ids
-  // that depend on it then keep the warp provably converged. With the plain division, inside the
-  // persistent kernel's tile loop ptxas built every wgmma descriptor in vector registers (four
-  // R2UR before each HGMMA of S = Q K^T, two before each of P V: on the other warpgroup's critical
-  // path in the ping-pong) and guarded the softmax's shuffles with a run-time convergence check.
-  const int math_wg =
-      __shfl_sync(0xffffffffu, static_cast<int>(math_tid / kThreadsPerWarpgroup), 0);
-  // This math warp is done reading a K or V stage (one arrive per warp).
-  auto release = [&](uint64_t* empty) JAX_DASH_INLINE {
-    __syncwarp();
-    if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
-  };
-  typename Traits::TiledMmaQK mma_qk;
-  typename Traits::TiledMmaPV mma_pv;
-  auto thr_qk = mma_qk.get_thread_slice(math_tid);
-  auto thr_pv = mma_pv.get_thread_slice(math_tid);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors
-  Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA,MMA_N,MMA_K,STAGES)
-  Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGES)
-  Tensor tSrS = partition_fragment_C(mma_qk, Shape<BlockM, BlockN>{});   // (MMA,MMA_M,MMA_N) fp32
-  Tensor tOrO = partition_fragment_C(mma_pv, Shape<BlockM, HeadDim>{});  // (MMA,MMA_M,MMA_N) fp32
-  Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BlockM, BlockN>{}));   // coords of S
-  Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<BlockM, HeadDim>{}));  // coords of O
-  Tensor scores = as_rows_cols(tSrS);  // (ROWS, COLS) view
-  Tensor out_acc = as_rows_cols(tOrO);
-  Tensor score_coords = make_tensor(tScS.data(), accumulator_rows_cols(tScS.layout()));
-  Tensor out_coords = make_tensor(tOcO.data(), accumulator_rows_cols(tOcO.layout()));
-  constexpr int kRows = decltype(size<0>(scores))::value;
-
-  // P in 16 bits, re-read as the A operand of P V: the accumulator's (2, 2, BLK_N/8) value order
-  // equals the register A fragment's ((2, 2, 2), 1, BLK_N/16) order, so only the layout changes.
-  Tensor tOrP_storage = make_tensor<Element>(tSrS.layout());
-  Tensor tOrP = make_tensor(tOrP_storage.data(),
-                            Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>>{});
-  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
-  static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
-                "each thread must own one 64-row accumulator");
-
-  const AttentionMask mask{p.seq_kv, p.is_causal};
-  const float scale = *p.scale;
-  const float scale_log2 = scale * kLog2e;  // the softmax runs on exp2
-  // Fold the scale into the exponent (softmax_scores below): every call with a positive scale and
-  // no soft cap. A zero or negative scale (allowed, if odd) takes the scale-first path.
-  const bool fold = !(kMask && p.soft_cap > 0.f) && scale_log2 > 0.f;
-  const float exponent_factor = fold ? scale_log2 : 1.f;
-  KvPipelineState kv_pipe;
-  QPipelineState q_pipe;
-  scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
-    const FwdTile tile = kv_range.tile(coord);
-    const int n_hi = tile.n_hi, n_end = tile.n_end;
-    const int64_t row_begin = tile.row_begin;
-    const PolicyMask& policy = tile.policy;
-    // Turn-taking (ping-pong with two warpgroups, round robin with three): each math
-    // warpgroup has n_end + 1 turns (prologue, n_end - 1 iterations, epilogue). The first
-    // warpgroup goes first (the last one's opening arrive); the last one's final hand-over is
-    // skipped so that every arrive meets a sync (so the turns of each tile balance and the next
-    // tile starts afresh). Modelled in scripts/ws_protocol_model.py (forward, 2 and 3 warpgroups).
-    constexpr int kLastWg = Traits::kWarpgroups - 1;
-    const int last_turn = n_end;
-    auto turn_begin = [&]() JAX_DASH_INLINE {
-      named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
-    };
-    auto turn_end = [&](int turn) JAX_DASH_INLINE {
-      if (!(math_wg == kLastWg && turn == last_turn)) {
-        const int next = math_wg == kLastWg ? 0 : math_wg + 1;
-        named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
-      }
-    };
-    if (math_wg == kLastWg && n_end > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);
-    // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is complete.
-    auto release_q_after = [&](int j) JAX_DASH_INLINE {
-      if constexpr (kPersistent) {
-        if (j == n_end - 1) release(&smem.q_empty);
-      }
-    };
-
-    OnlineSoftmax<kRows> softmax;
-    softmax.init();
-    clear(tOrO);
-
-    // Software pipeline inside each warpgroup: iteration j issues S_j = Q K_j^T and then
-    // O += P_{j-1} V_{j-1} back to back, and runs the softmax of S_j while both wgmmas are on the
-    // tensor cores; only the 16-bit conversion of P_j waits for the P V. Iteration 0 (prologue) has
-    // no P V, and the last P V runs after the loop.
-    auto issue_qk = [&](int j) JAX_DASH_INLINE {
-      const KvSlot slot = kv_pipe.kv(j);
-      const int stage = slot.stage();
-      Barrier::wait(&smem.bar_k[stage], slot.full_phase());
-      mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(tSrS);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tSrQ); ++k) {
-        gemm(mma_qk, tSrQ(_, _, k), tSrK(_, _, k, stage), tSrS);
-        mma_qk.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-    };
-    auto issue_pv = [&](int j) JAX_DASH_INLINE {
-      const KvSlot slot = kv_pipe.kv(j);
-      const int stage = slot.stage();
-      Barrier::wait(&smem.bar_v[stage], slot.full_phase());
-      warpgroup_fence_operand(tOrP_storage);
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-      CUTE_UNROLL
-      for (int k = 0; k < size<2>(tOrP); ++k) {
-        gemm(mma_pv, tOrP(_, _, k), tOrVt(_, _, k, stage), tOrO);
-      }
-      warpgroup_commit_batch();
-    };
-    // Scale and mask S_j (already complete in registers), then the first half of the softmax.
-    // With a positive scale and no soft cap (fold: uniform across the CTA) S stays unscaled, is
-    // masked to -inf as it is, and the scale goes into the exponent's FFMA
-    // (OnlineSoftmax::update_scores); otherwise it is scaled first and the factor is 1.
-    float correction[kRows];
-    auto softmax_scores = [&](int j) JAX_DASH_INLINE {
-      if (kMask && p.soft_cap > 0.f) {
-        soft_cap_scores(tSrS, scale / p.soft_cap, p.soft_cap * kLog2e);
-      } else if (!fold) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) tSrS(i) *= scale_log2;
-      }
-      const int64_t col_begin = int64_t(n_hi - 1 - j) * kBlockN;
-      if (kMask && p.has_mask) {
-        // With segment ids a tile inside one document on both sides needs no element test (the
-        // tile test of cuda/mask.h on the two id ranges); without, the band and the lengths decide.
-        // (kSegments: this call's rows have segment ids; the instantiation without them carries
-        // no segment code at all, so its registers are those of the band and lengths alone.)
-        if constexpr (kSegments) {
-          const bool needs_mask =
-              policy.m.tile(row_begin, kBlockM, col_begin, kBlockN, tile.q_segments,
-                            kv_tile_segments(policy.m.row, p.seq_kv, n_hi - 1 - j, kBlockN)) !=
-              TileVisibility::kFull;
-          if (needs_mask) {
-            policy.template apply_impl<true>(scores, score_coords, row_begin, col_begin);
-          }
-        } else if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
-          policy.template apply_impl<false>(scores, score_coords, row_begin, col_begin);
-        }
-      } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
-        mask.apply(scores, score_coords, row_begin, col_begin);
-      }
-      softmax.update_scores(scores, exponent_factor, correction);
-    };
-    auto scores_to_p = [&]() JAX_DASH_INLINE {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tOrP_storage(i) = static_cast<Element>(tSrS(i));
-    };
-
-    // Unmasked: the KV steps before `first` are hidden from every row of this warpgroup
-    // (causal: its 64 rows end before the tile's last ones, e.g. the first one or two warpgroups of
-    // a 192-row tile at head_dim 64; any mask: rows past seq_q). The warpgroup still takes those
-    // turns and releases their K and V stages, in the turn where it would have (K_t in turn t,
-    // V_{t-1} in turn t: the ordering the model checks), but issues no wgmma and starts its
-    // softmax at step `first`. A step that no row of the warpgroup sees leaves the online softmax
-    // as it found it (max -inf, sum 0, O +0: softmax.cuh), so the bits are the same.
-    // (kMask keeps every step: its warpgroups' ranges are not derived here.) The first computing
-    // turn of a skipping warpgroup waits for V_{first-1}'s load before it releases that stage, so
-    // the protocol holds for any combination of skipped steps, even a tile in which no warpgroup
-    // computes every step (the kernel makes none: the warpgroup holding the tile's last valid row
-    // has `first` 0); scripts/ws_protocol_model.py, with loads landing late, checks every one.
-    int first = 0;
-    if constexpr (!kMask) {
-      const int64_t wg_row = row_begin + int64_t(math_wg) * kWarpgroupRows;
-      if (wg_row >= p.seq_q) {
-        first = n_end;
-      } else if (p.is_causal) {
-        const int64_t wg_last = min(wg_row + kWarpgroupRows, int64_t(p.seq_q)) - 1;
-        first = n_hi - min(num_kv_blocks, int(wg_last / kBlockN) + 1);
-      }
-    }
-    if (n_end > 0) {
-      Barrier::wait(&smem.bar_q, q_pipe.full_phase());
-      for (int t = 0; t < first; ++t) {  // skipped turns
-        // The turn's waits stay: a later parity wait of this warpgroup on a stage is then never
-        // two phases ahead of it (without them, a warpgroup whose skipped steps covered a
-        // stage's previous use could pass its wait on the stage's older phase: the model found
-        // that deadlock where no warpgroup of a tile computes every step).
-        turn_begin();
-        const KvSlot slot = kv_pipe.kv(t);
-        Barrier::wait(&smem.bar_k[slot.stage()], slot.full_phase());
-        if (t > 0) Barrier::wait(&smem.bar_v[slot.previous().stage()], slot.previous().full_phase());
-        release(&smem.k_empty[slot.stage()]);
-        if (t > 0) release(&smem.v_empty[slot.previous().stage()]);
-        release_q_after(t);
-        turn_end(t);
-      }
-      if (first < n_end) {
-        turn_begin();
-        issue_qk(first);
-        turn_end(first);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        release(&smem.k_empty[kv_pipe.kv(first).stage()]);
-        if (first > 0) {  // V_{first-1} landed (its phase is this wait's: this warpgroup holds it)
-          const KvSlot v_slot = kv_pipe.kv(first).previous();
-          Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
-          release(&smem.v_empty[v_slot.stage()]);
-        }
-        release_q_after(first);
-        softmax_scores(first);
-        scores_to_p();
-      }
-    }
-
-    // On entry to iteration j: P_{j-1} is in registers, O holds the sum up to P_{j-2} V_{j-2}, and
-    // correction[] is the factor of step j-1 (O is scaled by it before P_{j-1} V_{j-1} is added).
-    // The rescale runs while S_j is on the tensor cores; after the barrier only the 16-bit
-    // conversion and the wgmma issue separate the two P V wgmmas.
-    for (int iter = first + 1; iter < n_end; ++iter) {
-      turn_begin();
-      issue_qk(iter);
-      softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
-      issue_pv(iter - 1);
-      turn_end(iter);
-      warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
-      warpgroup_fence_operand(tSrS);
-      release(&smem.k_empty[kv_pipe.kv(iter).stage()]);
-      release_q_after(iter);
-      softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
-      warpgroup_fence_operand(tSrS);
-      // Scheduling fence, a no-op wait on a barrier phase that has completed. Without a
-      // basic-block boundary here ptxas hoists the wgmma wait below to the top of the softmax's
-      // block (seen in the SASS with nvcc 13.0), which runs the whole softmax after P V instead of
-      // under it; the try-wait loop is such a boundary. The one-tile kernel waits on Q's barrier,
-      // whose only phase has completed (not on K_iter's: the producer may have refilled that stage
-      // already). The persistent kernel not on Q's barrier either, which can be two phases on once
-      // every warp has released this tile's Q (a parity wait would then block for good), but on
-      // V_{iter-1}'s stage, whose phase this warp waited for in issue_pv and which cannot move
-      // before this warp's v_empty release below.
-      if constexpr (kPersistent) {
-        const KvSlot v_slot = kv_pipe.kv(iter).previous();
-        Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
-      } else {
-        Barrier::wait(&smem.bar_q, q_pipe.full_phase());
-      }
-      warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
-      warpgroup_fence_operand(tOrO);
-      warpgroup_fence_operand(tOrP_storage);
-      release(&smem.v_empty[kv_pipe.kv(iter).previous().stage()]);
-      scores_to_p();
-    }
-    if (n_end > 0) {
-      turn_begin();
-      if (first < n_end) {
-        softmax.rescale(out_acc, correction);
-        issue_pv(n_end - 1);
-      } else {  // every step skipped: the turn's wait only (see the skipped turns above)
-        const KvSlot v_slot = kv_pipe.kv(n_end).previous();
-        Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
-      }
-      turn_end(last_turn);
-      if (first < n_end) {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
-      }
-      // The last V stage of the tile: the one-tile kernel ends here, the persistent one reuses it.
-      if constexpr (kPersistent) release(&smem.v_empty[kv_pipe.kv(n_end).previous().stage()]);
-    }
-
-    float lse[kRows];
-    softmax.finalize(out_acc, lse);
-
-    Epilogue::store(p, smem, tile, thr_pv, tOrO, out_coords, lse, math_tid, math_wg);
-    if (n_end > 0) {
-      kv_pipe.advance(n_end);
-      q_pipe.advance();
-    }
-  });
-  Epilogue::finish(math_tid);
+  FwdMainloop<Traits, kMask, kPersistent, kSegments>::run(p, smem, scheduler, kv_range, sQ, sK,
+                                                          sVt);
 }
 
 }  // namespace jax_dash::sm90::fwd

@@ -151,15 +151,15 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
 // kPersistentMaxSeqKv tokens at head_dim 64 and 128 (the kernel's head dim; with 128-row tiles,
-// ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise; "ws":
-// the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a mask
-// beyond causal runs "ws"'s masked kernel either way); "ws-persistent-narrow": the persistent one
-// with 128-row tiles at head_dim 64 (ws-persistent elsewhere) at every length. All give the same
-// bits, so the choice by length changes no result.
-// The cut (H100, kernel-only): the persistent kernel was 2.1-7.3% faster than ws at 2k-4k tokens
-// (round 8 call 4; it hides each tile's prologue and epilogue under the previous tile) and level
-// at 8k. Causal at head_dim 128 needed heavy/light tile pairs to get there (ninth session call 1:
-// 4k 0.532 -> 0.478 ms, ws 0.485); at 8k it stays within 1-2% of ws, so the cut stays at 4096.
+// ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise;
+// "ws": the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a
+// mask beyond causal runs "ws"'s masked kernel either way); "ws-persistent-narrow": the persistent
+// one with 128-row tiles at head_dim 64 (ws-persistent elsewhere) at every length. All give the
+// same bits, so the choice by length changes no result. The cut (H100, kernel-only): the persistent
+// kernel was 2.1-7.3% faster than ws at 2k-4k tokens (round 8 call 4; it hides each tile's prologue
+// and epilogue under the previous tile) and level at 8k. Causal at head_dim 128 needed heavy/light
+// tile pairs to get there (ninth session call 1: 4k 0.532 -> 0.478 ms, ws 0.485); at 8k it stays
+// within 1-2% of ws, so the cut stays at 4096.
 namespace {
 constexpr int64_t kPersistentMaxSeqKv = 4096;
 constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet

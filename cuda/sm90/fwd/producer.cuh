@@ -37,8 +37,10 @@ struct FwdProducer {
                                              const TensorKV& sV) {
     // TMA views of this CTA's tiles.
     Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seq_q, HeadDim{}, p.num_heads, p.batch));
-    Tensor mK = p.tma_k.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
-    Tensor mV = p.tma_v.get_tma_tensor(make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
+    Tensor mK = p.tma_k.get_tma_tensor(
+        make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
+    Tensor mV = p.tma_v.get_tma_tensor(
+        make_shape(max(p.seq_kv, 1), HeadDim{}, p.num_kv_heads, p.batch));
     auto tma_q = p.tma_q.get_slice(_0{});
     auto tma_k = p.tma_k.get_slice(_0{});
     auto tma_v = p.tma_v.get_slice(_0{});

@@ -128,7 +128,7 @@ struct BwdWorkspaceLayout {
   // so they are laid out only while they stay within 1/4 of dQ's float32 accumulator
   // (unit_tables; about seq_kv <= 128k x batch x heads at head_dim 128): a long sequence over few
   // heads has none, and the sm90 backward then runs its masked instantiation, which builds each
-  // unit's tables in the kernel (bwd_launch.cu), with the same bits but ~13% slower (4 heads of
+  // unit's tables in the kernel (bwd/launch.cu), with the same bits but ~13% slower (4 heads of
   // 128k tokens, H200, 2026-11-26; the bound was 1/16 before, which left the ring's head groups
   // without tables). Empty regions otherwise.
   bool unit_tables;

@@ -78,9 +78,9 @@
 // and its tickets are also those of every GPU with at least as many resident CTAs and of the CPU
 // kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
 //
-// Deadlock freedom. Assumed (cuda/sm90/bwd_main.cuh does this): G >= W CTAs, all co-resident (the
-// grid never exceeds the occupancy query), take items one at a time in increasing global order
-// from an atomic counter; a CTA that waits for a ticket keeps its item. Then no schedule deadlocks,
+// Deadlock freedom. Assumed (both sm90 backward kernels do this, cuda/sm90/bwd/): G >= W CTAs,
+// all co-resident (the grid never exceeds the occupancy query), take items one at a time in
+// increasing global order from an atomic counter; a CTA that waits for a ticket keeps its item. Then no schedule deadlocks,
 // for any W >= 1:
 //   (1) Every ticket wait of an item x of head h and slice S is on a contribution of h's earlier
 //       slices (their dQ contributions take the first tickets), of S itself, or of an earlier head

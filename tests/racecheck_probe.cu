@@ -1,5 +1,5 @@
 // Does compute-sanitizer racecheck follow the two synchronisation patterns of the warp-specialized
-// backward (cuda/sm90/bwd_main_ws.cuh)? Both patterns below are race-free by construction:
+// backward (cuda/sm90/bwd/kernel.cuh)? Both patterns below are race-free by construction:
 //   1. unit publication: one math thread writes a shared word, then the math warpgroups, a producer
 //      warp and a writer warp meet at one named barrier (barrier.sync id, 320), each role from its
 //      own place in the code; the service warps read the word after it; a second meeting closes

@@ -399,7 +399,7 @@ struct DeviceProblem {
 // The steps the masked backward computes: the band's (KV tile, Q tile) steps whose tile pair some
 // query can see by cuda/mask.h's tile test (past a length, or segment-id ranges that do not meet),
 // over the rows and keys that have a length, summed over the heads. A step the data hides must not
-// be computed (bwd_main_ws.cuh leaves it out of the visit order).
+// be computed (bwd/kernel.cuh leaves it out of the visit order).
 std::vector<double> trace_sums(const AttentionParams& p);
 int64_t expected_bwd_steps(const Case& c, const AttentionParams& p) {
   using jax_dash::SegmentRange;
@@ -696,7 +696,7 @@ std::vector<double> trace_sums(const AttentionParams& p) {
 void print_trace(const AttentionParams& p) {
   const int slots = jax_dash::sm90::bwd_trace_slots();
   const std::vector<double> sum = trace_sums(p);
-  // Slot order: cuda/sm90/bwd_main_ws.cuh WsTraceSlot (the last three: units, steps, cycles).
+  // Slot order: cuda/sm90/bwd/trace.cuh WsTraceSlot (the last three: units, steps, cycles).
   const char* names[] = {"math wait K/V",       "math wait Q/dO stage", "math wait PdS barrier",
                          "math wait dQ buffer", "writer wait ticket",   "writer wait dQ full",
                          "writer reduce (smem read)", "producer wait empty", "math unit start",

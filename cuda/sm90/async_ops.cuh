@@ -1,6 +1,6 @@
 // Small sm90 building blocks for warp-specialized kernels: named barriers with explicit thread
 // counts, register reallocation between warpgroups, bulk (non-tensor) copies and reductions, and
-// the global-memory ticket operations. Shared by the warp-specialized backward (bwd_main_ws.cuh)
+// the global-memory ticket operations. Shared by the warp-specialized backward (bwd/kernel.cuh)
 // and, later, the forward rebuild. Each is one PTX instruction or a short fixed sequence; the
 // comments say which ordering guarantee the caller relies on.
 #pragma once

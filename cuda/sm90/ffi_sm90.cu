@@ -13,9 +13,9 @@
 #include "cuda/sm90/launch.h"
 #include "xla/ffi/api/ffi.h"
 
-// The backward kernels live in bwd_launch.cu, written in parallel; until that file exists the
+// The backward kernels live in bwd/launch.cu, written in parallel; until that file exists the
 // backward handler reports that it is not built instead of breaking the link.
-#if __has_include("cuda/sm90/bwd_launch.cu")
+#if __has_include("cuda/sm90/bwd/launch.cu")
 #define JAX_DASH_HAVE_SM90_BWD 1
 #else
 #define JAX_DASH_HAVE_SM90_BWD 0
@@ -226,7 +226,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
   (void)stream;
   return ffi::Error(ffi::ErrorCode::kUnimplemented,
                     "jax_dash: the Hopper backward is not built in this version "
-                    "(cuda/sm90/bwd_launch.cu was missing at build time)");
+                    "(cuda/sm90/bwd/launch.cu was missing at build time)");
 #endif
 }
 

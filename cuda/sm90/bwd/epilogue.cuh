@@ -11,13 +11,80 @@
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/named_barrier.cuh"
+#include "cuda/sm90/bwd/postprocess.cuh"  // store_grad, accumulate_f32
 #include "cuda/sm90/bwd/traits.cuh"
-#include "cuda/sm90/bwd_main.cuh"  // store_dk_dv
-#include "cuda/sm90/bwd_postprocess.cuh"
 
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
+
+// Epilogue of one KV tile n (rows kv0..): dK = scale * sum dS^T Q and dV = sum P^T dO from the
+// accumulators of the calling threads, `tid` their index among the `threads` that `sync`
+// synchronises (a CTA barrier or a named barrier). Without GQA the values go straight to dk/dv;
+// with GQA the query heads of a group add their partial dK_n/dV_n into fp32 workspace accumulators
+// in dkv_ticket order, and the last one converts the sum and writes the output. With accumulate
+// (float32 gradients) each output element gets output + value (store_grad).
+template <class Element, int kHeadDim, class Acc, class Coords, class Sync>
+__device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const ScheduleProblem& sp,
+                                            int tid, float scale, int64_t b, int h, int n,
+                                            int64_t kv0, const Acc& dk, const Acc& dv,
+                                            const Coords& coords, Sync sync) {
+  using namespace cute;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int kvh = h / group;
+  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
+  const int64_t kv_out_base =
+      (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
+  const bool f32 = p.grad_dtype == DType::kFloat32;
+  if (group == 1) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(dk); ++i) {
+      const int r = get<0>(coords(i));
+      const int c = get<1>(coords(i));
+      if (kv0 + r < p.seq_kv) {
+        const int64_t o = (kv0 + r) * kv_row_stride + c;
+        store_grad<Element>(p.dk, kv_out_base + o, dk(i) * scale, f32, p.accumulate);
+        store_grad<Element>(p.dv, kv_out_base + o, dv(i), f32, p.accumulate);
+      }
+    }
+    return;
+  }
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
+                                                     p.num_kv_heads, p.head_dim);
+  const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
+  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * sp.block_n;
+  int32_t* sem = p.workspace_i32 + ws.dkv_semaphore + kv_head_linear * sp.num_kv_tiles + n;
+  const int ticket = dkv_ticket(sp, h % group, n);
+  if (tid == 0) spin_until_equal(sem, ticket);
+  sync();
+  float* dk_tile = p.workspace_f32 + ws.dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+  float* dv_tile = p.workspace_f32 + ws.dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
+  const bool last = ticket == group - 1;
+  CUTE_UNROLL
+  for (int i = 0; i < size(dk); ++i) {
+    const int r = get<0>(coords(i));
+    const int c = get<1>(coords(i));
+    float* dk_addr = dk_tile + r * kHeadDim + c;
+    float* dv_addr = dv_tile + r * kHeadDim + c;
+    const float dk_sum = __ldcg(dk_addr) + dk(i);
+    const float dv_sum = __ldcg(dv_addr) + dv(i);
+    if (last) {
+      if (kv0 + r < p.seq_kv) {
+        const int64_t o = (kv0 + r) * kv_row_stride + c;
+        store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32, p.accumulate);
+        store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32, p.accumulate);
+      }
+    } else {
+      __stcg(dk_addr, dk_sum);
+      __stcg(dv_addr, dv_sum);
+    }
+  }
+  if (!last) {
+    __threadfence();
+    sync();
+    if (tid == 0) red_release_gpu_add(sem, 1);
+  }
+}
 
 // The dK/dV epilogue of a unit without GQA and with 16-bit gradients (tma_dkv_epilogue, the common
 // case): dK * scale and dV, rounded to Element, go into K's and V's shared-memory tiles in the
@@ -177,8 +244,8 @@ struct EpilogueStagedF32 {
   }
 };
 
-// The dK/dV epilogue of the masked instantiation when the TMA one does not apply: bwd_main.cuh's
-// store_dk_dv over the math threads. With the staged float32 epilogue its step loop's spills grew
+// The dK/dV epilogue of the masked instantiation when the TMA one does not apply: store_dk_dv
+// over the math threads. With the staged float32 epilogue its step loop's spills grew
 // (ptxas, hd128: 48 -> 185 local loads).
 template <class Traits>
 struct EpilogueDirect {

@@ -1,8 +1,9 @@
 // Warp-specialized backward main kernel for sm90, the default backward ("ws-rs"; stages S1-S3 of
 // the kernel plan; maintainers/perf-notes.md).
 //
-// Same work items, visit orders, tickets and tile products as bwd_main.cuh (whose traits it reuses
-// for the MMA types and shared-memory layouts), with the work split by role:
+// Same work items, visit orders, tickets and tile products as the classic kernel
+// (bwd/classic_kernel.cuh; both take the MMA types and shared-memory layouts of traits.cuh's
+// BwdTileTraits), with the work split by role:
 //
 //   warpgroup 0 ("service", registers lowered to kServiceRegisters)
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
@@ -27,8 +28,8 @@
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
 // previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
-// at a time, exactly as in bwd_main.cuh, so the deadlock argument of cuda/schedule.h applies
-// unchanged. Inside a CTA every wait points to an earlier step of the same unit.
+// at a time, exactly as in the classic kernel, so the deadlock argument of cuda/schedule.h
+// applies unchanged. Inside a CTA every wait points to an earlier step of the same unit.
 //
 // dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
 // accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
@@ -43,7 +44,7 @@
 //
 // Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
 // P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
-// bwd_main.cuh), so the gradients are a different bits version from bwd_main.cuh's.
+// the classic kernel), so the gradients are a different bits version from the classic kernel's.
 //
 // The roles live in files of their own (cuda/sm90/bwd/), in the manner of FlashAttention-3's
 // hopper/ directory; this file only initialises the barriers, moves registers between the
@@ -57,7 +58,10 @@
 //   mainloop.cuh       the math warpgroups: the step loop of the five products
 //   epilogue.cuh       the dK/dV epilogue policies (EpilogueTma, EpilogueStagedF32,
 //                      EpilogueDirect) and the choice among them (DkDvEpilogue)
+//   gemm.cuh           the wgmma chains (operands from shared memory or A from registers)
 //   named_barrier.cuh  named-barrier ids; trace.cuh the opt-in per-role wait trace
+// and, beside them, classic_kernel.cuh (the long-query fallback's kernel), preprocess.cuh,
+// postprocess.cuh and launch.cu (the host side: workspace, launches, kernel choice).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,7 +88,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using SharedStorage = typename Traits::SharedStorage;
   extern __shared__ char smem_raw[];
   // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
-  // bwd_main.cuh).
+  // bwd/classic_kernel.cuh).
   const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
   const uint32_t smem_pad =
       (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;

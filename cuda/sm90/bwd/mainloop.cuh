@@ -12,13 +12,14 @@
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/epilogue.cuh"
+#include "cuda/sm90/bwd/gemm.cuh"
 #include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
+#include "cuda/sm90/bwd/preprocess.cuh"  // kLog2e
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
 #include "cuda/sm90/bwd/unit_tables.cuh"
-#include "cuda/sm90/bwd_main.cuh"
 #include "cuda/sm90/mask.cuh"
 #include "cuda/sm90/softmax.cuh"  // exp2_ftz
 
@@ -32,24 +33,6 @@ template <class Frag>
 __device__ __forceinline__ void zero_plus_all(Frag& f) {
   CUTE_UNROLL
   for (int i = 0; i < size(f); ++i) f(i) = zero_plus(f(i));
-}
-
-// Issues a wgmma chain C (+)= A B with A in registers; the caller waits with warpgroup_wait and
-// must not change A's registers before then.
-template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void gemm_rs(TiledMma& mma, TA& tA, TB const& tB, TC& tC) {
-  warpgroup_fence_operand(tA);
-  warpgroup_fence_operand(tC);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(tA); ++k) {
-    cute::gemm(mma, tA(_, _, k), tB(_, _, k), tC);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(tC);
-  warpgroup_fence_operand(tA);
 }
 
 // ---- math warpgroups ----------------------------------------------------------------------------
@@ -150,7 +133,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
             &smem.unit_num_steps);
       } else if (Traits::kMask && !ws.unit_tables) {
         // No unit tables in the workspace (a long sequence over few heads): this unit's, from
-        // cuda/schedule.h (only the masked instantiation runs without them: bwd_launch.cu).
+        // cuda/schedule.h (only the masked instantiation runs without them: bwd/launch.cu).
         num_steps = q_visit_count(sp, u.head_linear, u.n);
         for (int s = tid; s < num_steps; s += kMathThreads) {
           const int visit = q_visit_tile(sp, u.head_linear, u.n, s);

@@ -1,5 +1,7 @@
-// Traits of the sm90 warp-specialized backward: tile shapes, MMA types, the shared-memory layout
-// every role shares (Storage), the TMA descriptors, and the kernel's parameter block (WsParams).
+// Traits of the sm90 backward: the tile shapes, MMA types and shared-memory layouts of its five
+// products (BwdTileTraits, shared with the classic kernel), and for the warp-specialized kernel the
+// shared-memory layout every role shares (Storage), the TMA descriptors and the kernel's parameter
+// block (WsParams).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,22 +11,85 @@
 #include <type_traits>
 
 #include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/numeric_types.h>
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/bwd/trace.cuh"
-#include "cuda/sm90/bwd_main.cuh"
 #include "cuda/sm90/tma.cuh"
 
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
 
+// Tile shapes, MMA types and shared-memory layouts of the backward's five products, the same for
+// the warp-specialized kernel (WsTraits) and the classic one (BwdTraits, bwd/classic_kernel.cuh):
+//   S^T  = K_n  Q_m^T    (kv, q)  over d     A = K  (K-major)      B = Q   (K-major)
+//   dP^T = V_n  dO_m^T   (kv, q)  over d     A = V  (K-major)      B = dO  (K-major)
+//   dV  += P^T  dO_m     (kv, d)  over q     A = P^T (K-major)     B = dO^T view (MN-major)
+//   dK  += dS^T Q_m      (kv, d)  over q     A = dS^T (K-major)    B = Q^T view (MN-major)
+//   dQ   = dS   K_n      (q, d)   over kv    A = dS view (MN-major) B = K^T view (MN-major)
+// Computing S and dP transposed puts the KV rows on the M side, so each warpgroup owns 64 KV rows
+// and P^T / dS^T come out of the accumulators already in the layout the dV / dK products read.
+// kThreads: the two math warpgroups' threads, over which the tiled MMAs are laid out.
+template <class Element_, int kHeadDim_>
+struct BwdTileTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr TileConfig kTiles = tile_config(kHeadDim);
+  static constexpr int kBlockM = kTiles.bwd_block_m;
+  static constexpr int kBlockN = kTiles.bwd_block_n;
+  static constexpr int kWarpgroups = 2;
+  static constexpr int kThreads = kWarpgroups * 128;
+  static_assert(kBlockM == 64 || kBlockM == 128, "wgmma N of the S/dP products");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "sm90 backward supports head_dim 64, 128 and 256");
+
+  using BlockM = Int<kBlockM>;
+  using BlockN = Int<kBlockN>;
+  using HeadDim = Int<kHeadDim>;
+
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>, GMMA::Major::K,
+                           GMMA::Major::K>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  using TiledMmadKV = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      Layout<Shape<_2, _1, _1>>{}));
+  // dQ tile (Bm, d): two warpgroups split the rows when Bm = 128, else the head dim.
+  static constexpr bool kdQSplitM = kBlockM == 128;
+  using dQAtomShape = std::conditional_t<kdQSplitM, Shape<_64, HeadDim, BlockN>,
+                                         Shape<_64, Int<kHeadDim / 2>, BlockN>>;
+  using dQAtomLayout =
+      std::conditional_t<kdQSplitM, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>;
+  using TiledMmadQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, dQAtomShape, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      dQAtomLayout{}));
+
+  using SmemLayoutKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                              Shape<BlockN, HeadDim>{}));  // (Bn, d)
+  using SmemLayoutQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                             Shape<BlockM, HeadDim>{}));  // (Bm, d)
+  using SmemLayoutPt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                              Shape<BlockN, BlockM>{}));  // (Bn, Bm)
+  // Transposed views of the same bytes: (i, j) of the view is (j, i) of the stored tile.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<HeadDim, BlockM>{}, Stride<BlockM, _1>{})));  // (d, Bm)
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<HeadDim, BlockN>{}, Stride<BlockN, _1>{})));  // (d, Bn)
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutPt{}, make_layout(Shape<BlockM, BlockN>{}, Stride<BlockN, _1>{})));  // (Bm, Bn)
+
+};
+
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run kMask = false, compiled as before.
 template <class Element_, int kHeadDim_, bool kMask_>
 struct WsTraits {
-  using Base = BwdTraits<Element_, kHeadDim_>;
+  using Base = BwdTileTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
   // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
   // warpgroups owning 64 KV rows each, so both math warpgroups take all 64 KV rows, each owns half
@@ -177,7 +242,7 @@ struct WsTraits {
 
 // Whether a call's dK/dV epilogue goes through K's and V's shared memory and TMA stores: no GQA
 // (each KV head's gradient is one unit's tile, written once) and 16-bit gradients (the tile's
-// element type). Host (bwd_launch.cu builds the store descriptors) and device (DkDvEpilogue)
+// element type). Host (bwd/launch.cu builds the store descriptors) and device (DkDvEpilogue)
 // agree on it through this one test.
 __host__ __device__ __forceinline__ bool tma_dkv_epilogue(const AttentionParams& p) {
   return p.num_heads == p.num_kv_heads && p.grad_dtype != DType::kFloat32;
@@ -205,7 +270,7 @@ struct WsParams {
 // dq_first_store): a deterministic schedule (ticket 0 is the first add in a fixed order) and the
 // unmasked instantiation (every step of the band is computed, so every Q tile's ticket 0 is; the
 // masked one leaves out hidden steps and keeps the zeroed accumulator). Q tiles the band gives
-// no KV tile are never written: the postprocess reads them as zero (bwd_postprocess.cuh).
+// no KV tile are never written: the postprocess reads them as zero (bwd/postprocess.cuh).
 template <class Traits>
 constexpr bool dq_first_store_applies(const ScheduleProblem& sp) {
   return !Traits::kMask && sp.schedule != Schedule::kAtomic;

@@ -12,10 +12,10 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
+#include "cuda/sm90/bwd/classic_kernel.cuh"
 #include "cuda/sm90/bwd/kernel.cuh"
-#include "cuda/sm90/bwd_main.cuh"
-#include "cuda/sm90/bwd_postprocess.cuh"
-#include "cuda/sm90/bwd_preprocess.cuh"
+#include "cuda/sm90/bwd/postprocess.cuh"
+#include "cuda/sm90/bwd/preprocess.cuh"
 #include "cuda/sm90/launch.h"
 
 namespace jax_dash::sm90 {
@@ -25,9 +25,9 @@ using bwd::BwdTraits;
 using bwd::WsTraits;
 
 // Which main kernel runs (JAX_DASH_SM90_BWD, read at each call): the warp-specialized
-// bwd_main_ws.cuh ("ws-rs", the default when unset or empty; stages S1-S3), or the first kernel
-// bwd_main.cuh ("classic"). Both have the same items, visit orders and tickets; the
-// warp-specialized kernel's gradients are another bits version than bwd_main.cuh's
+// bwd/kernel.cuh ("ws-rs", the default when unset or empty; stages S1-S3), or the first kernel
+// bwd/classic_kernel.cuh ("classic"). Both have the same items, visit orders and tickets; the
+// warp-specialized kernel's gradients are another bits version than bwd/classic_kernel.cuh's
 // (docs/determinism.md). A query too long for the warp-specialized kernel's shared-memory tables
 // (about 254k tokens at head_dim 128) runs the classic kernel, whose tables are smaller (about
 // 450k). That fallback is why "classic" stays selectable: it runs the fallback's kernel at any
@@ -63,7 +63,7 @@ int64_t total_items(const ScheduleProblem& sp) {
 
 // Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none. Head dim
 // 256 has only the register-sourced warp-specialized kernel (kWith256: ws-rs and its masked
-// instantiation; bwd_main_ws.cuh kSplitD).
+// instantiation; bwd/kernel.cuh kSplitD).
 template <template <class, int> class Traits, bool kWith256 = false, class F>
 bool dispatch_traits(const AttentionParams& p, F&& f) {
   const bool bf16 = p.dtype == DType::kBFloat16;
@@ -98,7 +98,7 @@ auto main_kernel() {
   }
 }
 
-// Whether Traits is a masked instantiation (bwd_main_ws.cuh kMask; the classic kernel has none).
+// Whether Traits is a masked instantiation (bwd/kernel.cuh kMask; the classic kernel has none).
 template <class Traits>
 constexpr bool has_mask_policy_instance() {
   if constexpr (Traits::kWarpSpecialized) {

@@ -65,7 +65,7 @@ constexpr int dq_stage_pitch() {
   return kHeadDim * 2 + 16;
 }
 
-// The same for the warp-specialized kernel's fragment-order dq_accum (bwd_main_ws.cuh): one CTA per
+// The same for the warp-specialized kernel's fragment-order dq_accum (bwd/kernel.cuh): one CTA per
 // (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the
 // 16-byte chunks k * 256 + t of the tile (coalesced, all before the first use) and finds each
 // value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that stored

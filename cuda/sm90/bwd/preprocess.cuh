@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kPreprocessWarps * 32)
 // the rows and keys that have a length (a tile wholly past its length gets an empty range, lo > hi),
 // into tile_segments[b * (Nq + Nkv) + t] (query tiles t < Nq, then key tiles). The masked main
 // kernel's tile test (cuda/mask.h MaskPolicy::tile) reads them to leave out the tile pairs that no
-// query of the tile can see (bwd_main_ws.cuh). One warp per tile; grid (tiles / warps, rows).
+// query of the tile can see (bwd/kernel.cuh). One warp per tile; grid (tiles / warps, rows).
 constexpr int kTileSegmentWarps = 4;
 
 __global__ void __launch_bounds__(kTileSegmentWarps * 32)

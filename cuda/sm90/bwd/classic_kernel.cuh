@@ -1,16 +1,12 @@
-// Backward main kernel for sm90: one persistent CTA of two consumer warpgroups walks work items (KV
+// The classic backward main kernel for sm90, the kernel of the long-query fallback (queries
+// beyond the warp-specialized kernel's shared-memory visit tables) and of
+// JAX_DASH_SM90_BWD=classic: one persistent CTA of two consumer warpgroups walks work items (KV
 // tiles) in increasing global order; per KV tile it keeps K_n, V_n in shared memory and dK_n, dV_n
 // in registers, visits the Q tiles of the schedule and adds each partial dQ_m into dq_accum in the
 // order fixed by the tickets of cuda/schedule.h (or with fp32 atomics for Schedule::kAtomic).
 //
-// All five products are wgmma with both operands in shared memory (SS):
-//   S^T  = K_n  Q_m^T    (kv, q)  over d     A = K  (K-major)      B = Q   (K-major)
-//   dP^T = V_n  dO_m^T   (kv, q)  over d     A = V  (K-major)      B = dO  (K-major)
-//   dV  += P^T  dO_m     (kv, d)  over q     A = P^T (K-major)     B = dO^T view (MN-major)
-//   dK  += dS^T Q_m      (kv, d)  over q     A = dS^T (K-major)    B = Q^T view (MN-major)
-//   dQ   = dS   K_n      (q, d)   over kv    A = dS view (MN-major) B = K^T view (MN-major)
-// Computing S and dP transposed puts the KV rows on the M side, so each warpgroup owns 64 KV rows
-// and P^T / dS^T come out of the accumulators already in the layout the dV / dK products read.
+// All five products (bwd/traits.cuh BwdTileTraits) are wgmma with both operands in shared memory
+// (SS), P^T included.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,67 +23,32 @@
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"  // ticket acquire/release, st_shared_u32
-#include "cuda/sm90/bwd_postprocess.cuh"  // store_grad
-#include "cuda/sm90/bwd_preprocess.cuh"  // kLog2e
+#include "cuda/sm90/bwd/epilogue.cuh"  // store_dk_dv
+#include "cuda/sm90/bwd/gemm.cuh"
+#include "cuda/sm90/bwd/preprocess.cuh"  // kLog2e
+#include "cuda/sm90/bwd/traits.cuh"  // BwdTileTraits
 
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
 
 template <class Element_, int kHeadDim_>
-struct BwdTraits {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr TileConfig kTiles = tile_config(kHeadDim);
-  static constexpr int kBlockM = kTiles.bwd_block_m;
-  static constexpr int kBlockN = kTiles.bwd_block_n;
+struct BwdTraits : BwdTileTraits<Element_, kHeadDim_> {
+  using Tile = BwdTileTraits<Element_, kHeadDim_>;
+  using typename Tile::Element;
+  using typename Tile::BlockM;
+  using typename Tile::BlockN;
+  using typename Tile::HeadDim;
+  using Tile::kHeadDim;
+  using Tile::kBlockM;
+  using Tile::kBlockN;
+  using Tile::kWarpgroups;
+  using Tile::kThreads;
   static constexpr bool kWarpSpecialized = false;
-  static constexpr int kWarpgroups = 2;
-  static constexpr int kThreads = kWarpgroups * 128;
   // The classic kernel (bwd_main_kernel) runs head_dim 64 and 128, where each consumer warpgroup
-  // owns 64 KV rows; at 256 (64 KV rows a tile) these traits only lend their layouts to the
-  // warp-specialized kernel, which splits the head dim between its warpgroups (bwd_main_ws.cuh).
+  // owns 64 KV rows; at 256 (64 KV rows a tile) only the warp-specialized kernel runs, which
+  // splits the head dim between its warpgroups (WsTraits::kSplitD).
   static constexpr bool kClassicShape = kBlockN == 64 * kWarpgroups;
-  static_assert(kBlockM == 64 || kBlockM == 128, "wgmma N of the S/dP products");
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "sm90 backward supports head_dim 64, 128 and 256");
-
-  using BlockM = Int<kBlockM>;
-  using BlockN = Int<kBlockN>;
-  using HeadDim = Int<kHeadDim>;
-
-  using TiledMmaSdP = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, BlockM, HeadDim>, GMMA::Major::K,
-                           GMMA::Major::K>(),
-      Layout<Shape<_2, _1, _1>>{}));
-  using TiledMmadKV = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, HeadDim, BlockM>, GMMA::Major::K,
-                           GMMA::Major::MN>(),
-      Layout<Shape<_2, _1, _1>>{}));
-  // dQ tile (Bm, d): two warpgroups split the rows when Bm = 128, else the head dim.
-  static constexpr bool kdQSplitM = kBlockM == 128;
-  using dQAtomShape = std::conditional_t<kdQSplitM, Shape<_64, HeadDim, BlockN>,
-                                         Shape<_64, Int<kHeadDim / 2>, BlockN>>;
-  using dQAtomLayout =
-      std::conditional_t<kdQSplitM, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>;
-  using TiledMmadQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, dQAtomShape, GMMA::Major::MN,
-                           GMMA::Major::MN>(),
-      dQAtomLayout{}));
-
-  using SmemLayoutKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                              Shape<BlockN, HeadDim>{}));  // (Bn, d)
-  using SmemLayoutQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                             Shape<BlockM, HeadDim>{}));  // (Bm, d)
-  using SmemLayoutPt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                              Shape<BlockN, BlockM>{}));  // (Bn, Bm)
-  // Transposed views of the same bytes: (i, j) of the view is (j, i) of the stored tile.
-  using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_layout(Shape<HeadDim, BlockM>{}, Stride<BlockM, _1>{})));  // (d, Bm)
-  using SmemLayoutKt = decltype(composition(
-      SmemLayoutKV{}, make_layout(Shape<HeadDim, BlockN>{}, Stride<BlockN, _1>{})));  // (d, Bn)
-  using SmemLayoutdS = decltype(composition(
-      SmemLayoutPt{}, make_layout(Shape<BlockM, BlockN>{}, Stride<BlockN, _1>{})));  // (Bm, Bn)
 
   // cp.async, 16 bytes per thread per copy, rows of head_dim elements: thread t copies chunk
   // t % kChunksPerRow of rows t / kChunksPerRow + i * kRowsPerPass.
@@ -124,6 +85,7 @@ struct BwdTraits {
   }
 };
 
+
 // Fire-and-forget fp32 add of two adjacent floats at L2 (8-byte aligned address).
 __device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
   asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(x), "f"(y)
@@ -135,20 +97,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
-// Issues a wgmma chain C (+)= A B over all K blocks; the caller waits with warpgroup_wait.
-template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void gemm_ss(TiledMma& mma, TA const& tA, TB const& tB, TC& tC) {
-  warpgroup_fence_operand(tC);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(tA); ++k) {
-    cute::gemm(mma, tA(_, _, k), tB(_, _, k), tC);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(tC);
-}
 
 __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem, const void* gmem, bool valid) {
   // With src-size 0 nothing is read and the 16 bytes are zero-filled.
@@ -216,73 +164,6 @@ __device__ __forceinline__ void load_rows(const typename Traits::Element* const 
   }
 }
 
-// Epilogue of one KV tile n (rows kv0..): dK = scale * sum dS^T Q and dV = sum P^T dO from the
-// accumulators of the calling threads, `tid` their index among the `threads` that `sync`
-// synchronises (a CTA barrier or a named barrier). Without GQA the values go straight to dk/dv;
-// with GQA the query heads of a group add their partial dK_n/dV_n into fp32 workspace accumulators
-// in dkv_ticket order, and the last one converts the sum and writes the output. With accumulate
-// (float32 gradients) each output element gets output + value (store_grad).
-template <class Element, int kHeadDim, class Acc, class Coords, class Sync>
-__device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const ScheduleProblem& sp,
-                                            int tid, float scale, int64_t b, int h, int n,
-                                            int64_t kv0, const Acc& dk, const Acc& dv,
-                                            const Coords& coords, Sync sync) {
-  using namespace cute;
-  const int group = p.num_heads / p.num_kv_heads;
-  const int kvh = h / group;
-  const int64_t kv_row_stride = static_cast<int64_t>(p.num_kv_heads) * kHeadDim;
-  const int64_t kv_out_base =
-      (b * p.seq_kv) * kv_row_stride + static_cast<int64_t>(kvh) * kHeadDim;
-  const bool f32 = p.grad_dtype == DType::kFloat32;
-  if (group == 1) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(dk); ++i) {
-      const int r = get<0>(coords(i));
-      const int c = get<1>(coords(i));
-      if (kv0 + r < p.seq_kv) {
-        const int64_t o = (kv0 + r) * kv_row_stride + c;
-        store_grad<Element>(p.dk, kv_out_base + o, dk(i) * scale, f32, p.accumulate);
-        store_grad<Element>(p.dv, kv_out_base + o, dv(i), f32, p.accumulate);
-      }
-    }
-    return;
-  }
-  const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
-                                                     p.num_kv_heads, p.head_dim);
-  const int64_t kv_head_linear = b * p.num_kv_heads + kvh;
-  const int64_t rows_kv = static_cast<int64_t>(sp.num_kv_tiles) * sp.block_n;
-  int32_t* sem = p.workspace_i32 + ws.dkv_semaphore + kv_head_linear * sp.num_kv_tiles + n;
-  const int ticket = dkv_ticket(sp, h % group, n);
-  if (tid == 0) spin_until_equal(sem, ticket);
-  sync();
-  float* dk_tile = p.workspace_f32 + ws.dk_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-  float* dv_tile = p.workspace_f32 + ws.dv_accum + (kv_head_linear * rows_kv + kv0) * kHeadDim;
-  const bool last = ticket == group - 1;
-  CUTE_UNROLL
-  for (int i = 0; i < size(dk); ++i) {
-    const int r = get<0>(coords(i));
-    const int c = get<1>(coords(i));
-    float* dk_addr = dk_tile + r * kHeadDim + c;
-    float* dv_addr = dv_tile + r * kHeadDim + c;
-    const float dk_sum = __ldcg(dk_addr) + dk(i);
-    const float dv_sum = __ldcg(dv_addr) + dv(i);
-    if (last) {
-      if (kv0 + r < p.seq_kv) {
-        const int64_t o = (kv0 + r) * kv_row_stride + c;
-        store_grad<Element>(p.dk, kv_out_base + o, dk_sum * scale, f32, p.accumulate);
-        store_grad<Element>(p.dv, kv_out_base + o, dv_sum, f32, p.accumulate);
-      }
-    } else {
-      __stcg(dk_addr, dk_sum);
-      __stcg(dv_addr, dv_sum);
-    }
-  }
-  if (!last) {
-    __threadfence();
-    sync();
-    if (tid == 0) red_release_gpu_add(sem, 1);
-  }
-}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -554,3 +435,4 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 }
 
 }  // namespace jax_dash::sm90::bwd
+

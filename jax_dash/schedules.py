@@ -714,7 +714,7 @@ def _critical_path(dag, finish, start, total, offset, has_pred, previous):
 
 @dataclasses.dataclass(frozen=True)
 class PipelineCost:
-    """Per-step costs of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh), in SM cycles.
+    """Per-step costs of the warp-specialized backward (cuda/sm90/bwd/), in SM cycles.
     The defaults are the per-role trace of ws-rs at head_dim 128, seq 8k, full mask, descending,
     on an H100 (maintainers/perf-notes.md, fourth session call 1): the math warpgroups' step
     without its waits, the dQ writer's bulk reduction until its shared-memory read is done (the

@@ -1,6 +1,6 @@
 """Load balance of the Hopper forward's persistent tile orders, in a simple cost model.
 
-The persistent forward (cuda/sm90/fwd_sm90.cu, ``JAX_DASH_SM90_FWD=ws-persistent``) gives each of
+The persistent forward (cuda/sm90/fwd/scheduler.cuh, ``JAX_DASH_SM90_FWD=ws-persistent``) gives each of
 its G CTAs a static list of query tiles. This module mirrors its two orders exactly (the same index
 arithmetic as ``tile_at`` and ``for_each_tile``) and rates them in a model where a tile costs its
 KV steps plus a fixed overhead:

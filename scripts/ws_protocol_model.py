@@ -1,5 +1,5 @@
-"""A model of one CTA of the warp-specialized backward (cuda/sm90/bwd_main_ws.cuh), and of the
-warp-specialized forward (cuda/sm90/fwd_sm90.cu): the order in which their roles meet at named
+"""A model of one CTA of the warp-specialized backward (cuda/sm90/bwd/), and of the
+warp-specialized forward (cuda/sm90/fwd/): the order in which their roles meet at named
 barriers and mbarriers, run under many random interleavings and unit
 sequences (including units with no steps), to show that no interleaving deadlocks and that every
 barrier generation is met by exactly the threads it counts. It models the code as written; it has
@@ -153,7 +153,7 @@ def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False):
                 rng, f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage}")
 
 
-# ---- forward (fwd_sm90.cu): producer thread, two or three math warpgroups taking turns ----
+# ---- forward (cuda/sm90/fwd/): producer thread, two or three math warpgroups taking turns ----
 #
 # A forward tile is (n_end, firsts): its KV step count and, per math warpgroup, the first step the
 # warpgroup computes (fwd_kernel's `first`: the steps before it are hidden from all its rows, and it

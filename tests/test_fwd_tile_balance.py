@@ -1,4 +1,4 @@
-"""The persistent forward's tile orders (cuda/sm90/fwd_sm90.cu: tile_at, for_each_tile), through
+"""The persistent forward's tile orders (cuda/sm90/fwd/scheduler.cuh: FwdTileOrder, for_each_tile), through
 their mirror in scripts/fwd_tile_balance.py: every CTA grid visits every (head, query tile) exactly
 once, in both orders, whatever the head count, group size and parity of the tile count; a pair is
 one head's k-th heaviest and k-th lightest tile; and in the model pairing balances the causal

@@ -83,7 +83,7 @@ def test_forward_matches_reference(seqs, is_causal, head_dim, dtype):
     _check_against_reference(q, k, v, 1.0 / math.sqrt(head_dim), is_causal)
 
 
-# The forward takes its query tiles in groups of about ceil(SMs / Nq) heads (fwd_sm90.cu tile_at):
+# The forward takes its query tiles in groups of about ceil(SMs / Nq) heads (cuda/sm90/fwd/scheduler.cuh, FwdTileOrder):
 # 64 (batch, head) pairs of 16 query tiles make 8 groups on a 132-SM GPU, the last one partial;
 # every output row is checked, so a tile computed twice or never would show.
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -109,7 +109,7 @@ def test_forward_gqa_and_odd_heads(gqa, head_dim):
 def test_forward_any_scale(scale, head_dim):
     # A negative scale flips which score is the row max: the kernel must take the max after scaling.
     # A positive one is folded into the exponent's FFMA (raw scores masked to -inf); zero and
-    # negative scales take the scale-first path (cuda/sm90/fwd_sm90.cu, softmax_scores).
+    # negative scales take the scale-first path (cuda/sm90/fwd/mainloop.cuh, softmax_scores).
     q, k, v = _inputs(jax.random.key(11), 1, 300, 300, 2, 2, head_dim, jnp.bfloat16)
     for is_causal in (False, True):
         _check_against_reference(q, k, v, scale, is_causal)

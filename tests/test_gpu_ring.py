@@ -126,7 +126,7 @@ ACCUMULATE_CASES = [
     (64, False, 4, None, None),
     (256, True, 2, None, None),         # kSplitD
     (256, True, 4, None, None),
-    (128, True, 2, "classic", None),    # bwd_main.cuh: store_dk_dv, element-wise dQ postprocess
+    (128, True, 2, "classic", None),    # bwd/classic_kernel.cuh: store_dk_dv, element-wise dQ postprocess
     (128, False, 4, "classic", None),
     (128, True, 2, None, (96, 0)),      # masked instantiation: its direct store_dk_dv (GQA)
     (128, False, 4, None, (96, 32)),    # ... and without GQA

@@ -1,4 +1,4 @@
-"""The warp-specialized kernels' barrier protocols (cuda/sm90/bwd_main_ws.cuh; fwd_sm90.cu),
+"""The warp-specialized kernels' barrier protocols (cuda/sm90/bwd/ and cuda/sm90/fwd/),
 through their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or
 leaves a barrier generation half complete (backward: unit sequences with and without steps, one or
 two dS^T buffers; forward: 0-12 KV tiles, ping-pong turns, every combination of skipped steps,

@@ -59,6 +59,14 @@ struct AttentionParams {
   void* out;
   float* lse;
 
+  // Backward only.
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* workspace_f32;    // laid out by bwd_workspace_layout()
+  int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
+
   // Attention dropout (cuda/dropout.h; the CPU kernels only, for now): with has_dropout the
   // probability of (b, h, i, j) is kept iff dropout_keep(dropout_key0, dropout_key1,
   // dropout_threshold, b, h, i, j) (global coordinates: the call's own, no offsets yet), and then
@@ -68,14 +76,6 @@ struct AttentionParams {
   uint32_t dropout_key1;
   uint32_t dropout_threshold;
   float dropout_scale;
-
-  // Backward only.
-  const void* dout;
-  void* dq;
-  void* dk;
-  void* dv;
-  float* workspace_f32;    // laid out by bwd_workspace_layout()
-  int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 };
 
 // The schedules' view of a call (cuda/schedule.h): its tiles, extents, band and wave width. The

@@ -1,5 +1,6 @@
 // XLA FFI handlers for platform "cpu" (and, when the sm90 kernels are not built, "CUDA" stubs that
 // say so), plus the nanobind module that hands them to Python.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -39,21 +40,48 @@ ffi::Error run_cpu_kernel(const char* what, Kernel&& kernel) {
   return ffi::Error::Success();
 }
 
-static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                             ffi::Buffer<ffi::S32> q_seq_lengths,
-                             ffi::Buffer<ffi::S32> kv_seq_lengths,
-                             ffi::Buffer<ffi::S32> q_segment_ids,
-                             ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
-                             bool is_causal, int64_t window_left, int64_t window_right,
-                             float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
-                             ffi::Result<ffi::AnyBuffer> out,
-                             ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+// The dropout operand and attributes of the *_dropout targets (cuda/dropout.h): the two key
+// words (uint32 [2], host memory on the CPU), the 16-bit threshold and 1 / (1 - rate).
+struct DropoutOperands {
+  const ffi::Buffer<ffi::U32>* key;
+  int64_t threshold;
+  float keep_scale;
+};
+
+ffi::Error describe_dropout(const DropoutOperands* d, AttentionParams* p) {
+  if (d == nullptr) return ffi::Error::Success();
+  if (!has_dims(d->key->dimensions(), {2}))
+    return ffi::Error::InvalidArgument("jax_dash: the dropout key has shape " +
+                                       dims_string(d->key->dimensions()) + ", expected [2]");
+  if (d->threshold < 0 || d->threshold > 65535 || !(d->keep_scale >= 1.0f) ||
+      !std::isfinite(d->keep_scale))
+    return ffi::Error::InvalidArgument("jax_dash: dropout_threshold=" +
+                                       std::to_string(d->threshold) + " (0..65535) and " +
+                                       "dropout_scale=" + std::to_string(d->keep_scale) +
+                                       " (finite, >= 1) out of range");
+  p->has_dropout = true;
+  p->dropout_key0 = d->key->typed_data()[0];
+  p->dropout_key1 = d->key->typed_data()[1];
+  p->dropout_threshold = static_cast<uint32_t>(d->threshold);
+  p->dropout_scale = d->keep_scale;
+  return ffi::Error::Success();
+}
+
+static ffi::Error FwdCpu(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                         ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+                         ffi::Buffer<ffi::S32> q_segment_ids,
+                         ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                         bool is_causal, int64_t window_left, int64_t window_right,
+                         float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+                         const DropoutOperands* dropout, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
   const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
                           window_left,    window_right,    logits_soft_cap, has_seq_lengths,
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = describe_dropout(dropout, &p); e.failure()) return e;
   if (ffi::Error e = check_buffer("out", *out, {p.batch, p.seq_q, p.num_heads, p.head_dim},
                                   q.element_type(), "the query's");
       e.failure())
@@ -66,6 +94,74 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
   p.out = out->untyped_data();
   p.lse = lse->typed_data();
   return run_cpu_kernel("forward", [&] { cpu::forward(p); });
+}
+
+static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                             ffi::Buffer<ffi::S32> q_seq_lengths,
+                             ffi::Buffer<ffi::S32> kv_seq_lengths,
+                             ffi::Buffer<ffi::S32> q_segment_ids,
+                             ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                             bool is_causal, int64_t window_left, int64_t window_right,
+                             float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+                             ffi::Result<ffi::AnyBuffer> out,
+                             ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  return FwdCpu(q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
+                is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
+                has_segment_ids, nullptr, out, lse);
+}
+
+static ffi::Error FwdDropoutCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                                    ffi::Buffer<ffi::S32> q_seq_lengths,
+                                    ffi::Buffer<ffi::S32> kv_seq_lengths,
+                                    ffi::Buffer<ffi::S32> q_segment_ids,
+                                    ffi::Buffer<ffi::S32> kv_segment_ids,
+                                    ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::U32> key,
+                                    bool is_causal, int64_t window_left, int64_t window_right,
+                                    float logits_soft_cap, bool has_seq_lengths,
+                                    bool has_segment_ids, int64_t dropout_threshold,
+                                    float dropout_scale, ffi::Result<ffi::AnyBuffer> out,
+                                    ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  const DropoutOperands dropout{&key, dropout_threshold, dropout_scale};
+  return FwdCpu(q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
+                is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
+                has_segment_ids, &dropout, out, lse);
+}
+
+static ffi::Error BwdCpu(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                         ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+                         ffi::Buffer<ffi::S32> q_seq_lengths,
+                         ffi::Buffer<ffi::S32> kv_seq_lengths,
+                         ffi::Buffer<ffi::S32> q_segment_ids,
+                         ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                         ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum,
+                         bool is_causal, int64_t window_left, int64_t window_right,
+                         float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+                         int32_t schedule, bool f32_grads, bool accumulate,
+                         const DropoutOperands* dropout, ffi::Result<ffi::AnyBuffer> dq,
+                         ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                         ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+                         ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  AttentionParams p;
+  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
+  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
+                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
+                          has_segment_ids};
+  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = describe_dropout(dropout, &p); e.failure()) return e;
+  if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
+  if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
+                                       &*workspace_i32, &p, f32_grads);
+      e.failure())
+    return e;
+  SumCopy copies[3];
+  int num_copies = 0;
+  if (ffi::Error e = describe_accumulate(accumulate, f32_grads, dq_sum, dk_sum, dv_sum, &p,
+                                         copies, &num_copies);
+      e.failure())
+    return e;
+  for (int i = 0; i < num_copies; ++i) std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
+  p.wave = kCpuWave;
+  return run_cpu_kernel("backward", [&] { cpu::backward(p); });
 }
 
 static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
@@ -82,26 +178,29 @@ static ffi::Error BwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                              ffi::Result<ffi::AnyBuffer> dv,
                              ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
                              ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
-  AttentionParams p;
-  if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
-  const MaskOperands mask{&q_seq_lengths, &kv_seq_lengths, &q_segment_ids, &kv_segment_ids,
-                          window_left,    window_right,    logits_soft_cap, has_seq_lengths,
-                          has_segment_ids};
-  if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
-  if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
-  if (ffi::Error e = describe_backward(out, lse, dout, &*dq, &*dk, &*dv, &*workspace_f32,
-                                       &*workspace_i32, &p, f32_grads);
-      e.failure())
-    return e;
-  SumCopy copies[3];
-  int num_copies = 0;
-  if (ffi::Error e = describe_accumulate(accumulate, f32_grads, dq_sum, dk_sum, dv_sum, &p,
-                                         copies, &num_copies);
-      e.failure())
-    return e;
-  for (int i = 0; i < num_copies; ++i) std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
-  p.wave = kCpuWave;
-  return run_cpu_kernel("backward", [&] { cpu::backward(p); });
+  return BwdCpu(q, k, v, out, lse, dout, q_seq_lengths, kv_seq_lengths, q_segment_ids,
+                kv_segment_ids, scale, dq_sum, dk_sum, dv_sum, is_causal, window_left,
+                window_right, logits_soft_cap, has_seq_lengths, has_segment_ids, schedule,
+                f32_grads, accumulate, nullptr, dq, dk, dv, workspace_f32, workspace_i32);
+}
+
+static ffi::Error BwdDropoutCpuImpl(
+    ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer out,
+    ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout, ffi::Buffer<ffi::S32> q_seq_lengths,
+    ffi::Buffer<ffi::S32> kv_seq_lengths, ffi::Buffer<ffi::S32> q_segment_ids,
+    ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum,
+    ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum, ffi::Buffer<ffi::U32> key, bool is_causal,
+    int64_t window_left, int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+    bool has_segment_ids, int32_t schedule, bool f32_grads, bool accumulate,
+    int64_t dropout_threshold, float dropout_scale, ffi::Result<ffi::AnyBuffer> dq,
+    ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+    ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  const DropoutOperands dropout{&key, dropout_threshold, dropout_scale};
+  return BwdCpu(q, k, v, out, lse, dout, q_seq_lengths, kv_seq_lengths, q_segment_ids,
+                kv_segment_ids, scale, dq_sum, dk_sum, dv_sum, is_causal, window_left,
+                window_right, logits_soft_cap, has_seq_lengths, has_segment_ids, schedule,
+                f32_grads, accumulate, &dropout, dq, dk, dv, workspace_f32, workspace_i32);
 }
 
 static ffi::Error SegmentSumCpuImpl(ffi::AnyBuffer data, ffi::Buffer<ffi::S32> sorted_ids,
@@ -169,6 +268,65 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()   // workspace_i32
 );
 
+// The same with dropout (CPU only): the dropout key after the scale, two attributes more.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCpu, jax_dash::FwdDropoutCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // query
+                                  .Arg<ffi::AnyBuffer>()          // key
+                                  .Arg<ffi::AnyBuffer>()          // value
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
+                                  .Arg<ffi::Buffer<ffi::U32>>()   // dropout key [2]
+                                  .Attr<bool>("is_causal")
+                                  .Attr<int64_t>("window_left")
+                                  .Attr<int64_t>("window_right")
+                                  .Attr<float>("logits_soft_cap")
+                                  .Attr<bool>("has_seq_lengths")
+                                  .Attr<bool>("has_segment_ids")
+                                  .Attr<int64_t>("dropout_threshold")  // keep a draw >= this
+                                  .Attr<float>("dropout_scale")   // 1 / (1 - rate)
+                                  .Ret<ffi::AnyBuffer>()          // out
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // lse
+);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdDropoutCpu, jax_dash::BwdDropoutCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()          // query
+                                  .Arg<ffi::AnyBuffer>()          // key
+                                  .Arg<ffi::AnyBuffer>()          // value
+                                  .Arg<ffi::AnyBuffer>()          // out
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // lse
+                                  .Arg<ffi::AnyBuffer>()          // dout
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // query_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
+                                  .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
+                                  .Arg<ffi::AnyBuffer>()          // dq_sum (accumulate)
+                                  .Arg<ffi::AnyBuffer>()          // dk_sum (accumulate)
+                                  .Arg<ffi::AnyBuffer>()          // dv_sum (accumulate)
+                                  .Arg<ffi::Buffer<ffi::U32>>()   // dropout key [2]
+                                  .Attr<bool>("is_causal")
+                                  .Attr<int64_t>("window_left")
+                                  .Attr<int64_t>("window_right")
+                                  .Attr<float>("logits_soft_cap")
+                                  .Attr<bool>("has_seq_lengths")
+                                  .Attr<bool>("has_segment_ids")
+                                  .Attr<int32_t>("schedule")
+                                  .Attr<bool>("f32_grads")
+                                  .Attr<bool>("accumulate")
+                                  .Attr<int64_t>("dropout_threshold")
+                                  .Attr<float>("dropout_scale")
+                                  .Ret<ffi::AnyBuffer>()          // dq
+                                  .Ret<ffi::AnyBuffer>()          // dk
+                                  .Ret<ffi::AnyBuffer>()          // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // workspace_f32
+                                  .Ret<ffi::Buffer<ffi::S32>>()   // workspace_i32
+);
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCpu, jax_dash::SegmentSumCpuImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()          // data [rows, row_size]
@@ -177,6 +335,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCpu, jax_dash::SegmentSumCpuImpl,
                                   .Attr<bool>("has_order")        // order used
                                   .Ret<ffi::AnyBuffer>()          // out [num_segments, row_size]
                                   .Ret<ffi::Buffer<ffi::S32>>()   // offsets [num_segments + 1]
+);
+
+// Dropout on a GPU (the Hopper kernels do not apply it yet): a call fails with a message that says
+// so, not "no handler for platform CUDA".
+static ffi::Error DropoutNotOnGpuImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary) {
+  return ffi::Error(ffi::ErrorCode::kUnimplemented,
+                    "jax_dash: dropout_rate > 0 runs on the CPU kernels only for now; the Hopper "
+                    "kernels do not apply dropout yet (issue 33). Use dropout_rate=0.0 on the "
+                    "GPU, or jax.nn.dot_product_attention");
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashDropoutNotOnGpu, DropoutNotOnGpuImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
 );
 
 #ifndef JAX_DASH_WITH_CUDA
@@ -228,6 +401,13 @@ NB_MODULE(_jax_dash, m) {
     bwd["CUDA"] = encapsulate(JaxDashBwdCuda);
     targets["jax_dash_fwd"] = fwd;
     targets["jax_dash_bwd"] = bwd;
+    nb::dict fwd_dropout, bwd_dropout;  // the CPU kernels only, for now
+    fwd_dropout["cpu"] = encapsulate(JaxDashFwdDropoutCpu);
+    bwd_dropout["cpu"] = encapsulate(JaxDashBwdDropoutCpu);
+    fwd_dropout["CUDA"] = encapsulate(JaxDashDropoutNotOnGpu);
+    bwd_dropout["CUDA"] = encapsulate(JaxDashDropoutNotOnGpu);
+    targets["jax_dash_fwd_dropout"] = fwd_dropout;
+    targets["jax_dash_bwd_dropout"] = bwd_dropout;
     nb::dict segment_sum;
     segment_sum["cpu"] = encapsulate(JaxDashSegmentSumCpu);
     segment_sum["CUDA"] = encapsulate(JaxDashSegmentSumCuda);

@@ -66,6 +66,16 @@ struct AttentionParams {
   void* dv;
   float* workspace_f32;    // laid out by bwd_workspace_layout()
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
+
+  // Attention dropout (cuda/dropout.h; the CPU kernels only, for now): with has_dropout the
+  // probability of (b, h, i, j) is kept iff dropout_keep(dropout_key0, dropout_key1,
+  // dropout_threshold, b, h, i, j) (global coordinates: the call's own, no offsets yet), and then
+  // scaled by dropout_scale = 1 / (1 - rate). The softmax's normalization uses every probability.
+  bool has_dropout;
+  uint32_t dropout_key0;
+  uint32_t dropout_key1;
+  uint32_t dropout_threshold;
+  float dropout_scale;
 };
 
 // The schedules' view of a call (cuda/schedule.h): its tiles, extents, band and wave width. The

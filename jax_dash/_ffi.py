@@ -297,3 +297,46 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
         schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads),
         accumulate=bool(accumulate), **mask.attributes())
     return dq, dk, dv
+
+
+# ---- dropout (the CPU kernels only, for now) --------------------------------------------------
+
+def fwd_dropout_call(q, k, v, scale, is_causal, mask, mask_arrays, key_words, threshold,
+                     keep_scale):
+    """``fwd_call`` with attention dropout (cuda/dropout.h): ``key_words`` a uint32 [2] array,
+    ``threshold`` the 16-bit threshold, ``keep_scale`` 1 / (1 - rate). CPU kernels only."""
+    q, k, v, scale, *rest = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
+                                           *mask_arrays, key_words)
+    mask_arrays, key_words = rest[:-1], rest[-1]
+    batch, seq_q, num_heads, _ = q.shape
+    result_types = (_result_type(q.shape, q.dtype, q),
+                    _result_type((batch, num_heads, seq_q), jnp.float32, q))
+    return jax.ffi.ffi_call("jax_dash_fwd_dropout", result_types, vmap_method="sequential")(
+        q, k, v, *mask_arrays, scale, key_words, is_causal=bool(is_causal),
+        dropout_threshold=np.int64(threshold), dropout_scale=np.float32(keep_scale),
+        **mask.attributes())
+
+
+def bwd_dropout_call(q, k, v, out, lse, dout, scale, is_causal, schedule, mask, mask_arrays,
+                     key_words, threshold, keep_scale):
+    """``bwd_call`` with attention dropout (the forward's key, threshold and scale): ``(dq, dk,
+    dv)`` in the inputs' dtype. CPU kernels only."""
+    q, k, v, out, lse, dout, scale, *rest = _unify_varying(
+        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, key_words)
+    mask_arrays, key_words = rest[:-1], rest[-1]
+    batch, seq_q, num_heads, head_dim = q.shape
+    seq_kv, num_kv_heads = k.shape[1], k.shape[2]
+    f32_size, i32_size = _ext.bwd_workspace_size(
+        batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
+    result_types = (_result_type(q.shape, q.dtype, q), _result_type(k.shape, q.dtype, q),
+                    _result_type(v.shape, q.dtype, q),
+                    _result_type((f32_size,), jnp.float32, q),
+                    _result_type((i32_size,), jnp.int32, q))
+    empty = jnp.zeros((0,), jnp.float32)
+    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd_dropout", result_types,
+                                        vmap_method="sequential")(
+        q, k, v, out, lse, dout, *mask_arrays, scale, empty, empty, empty, key_words,
+        is_causal=bool(is_causal), schedule=np.int32(SCHEDULE_IDS[schedule]),
+        f32_grads=False, accumulate=False, dropout_threshold=np.int64(threshold),
+        dropout_scale=np.float32(keep_scale), **mask.attributes())
+    return dq, dk, dv

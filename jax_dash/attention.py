@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_dash import _ffi, sharding
+from jax_dash import _ffi, dropout, sharding
 from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dense, _check_dtypes,
                             _check_implementation, _check_lengths, _check_segment_ids,
                             _check_shapes, _check_soft_cap, _check_unexpected_keywords,
@@ -18,7 +18,8 @@ from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dense, 
 def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
               query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
               query_segment_ids=None, key_value_segment_ids=None, logits_soft_cap=None,
-              schedule="auto", implementation=None, return_residual=False, **unexpected):
+              schedule="auto", implementation=None, return_residual=False, dropout_rate=0.0,
+              dropout_rng=None, **unexpected):
     """Scaled dot-product attention with a bitwise-reproducible backward pass.
 
     A drop-in for ``jax.nn.dot_product_attention``: the arguments it shares mean the same.
@@ -57,6 +58,15 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
       implementation: ``None`` only (``jax.nn``'s choice of backend; jax_dash is its own: a
         ``ValueError`` says so for any other value).
       return_residual: also return the softmax log-sum-exp, as ``jax.nn`` does (see Returns).
+      dropout_rate: attention dropout, a Python float in ``[0, 1)``: each probability is kept or
+        dropped (kept ones scaled by ``1 / (1 - dropout_rate)``), after the softmax, as Flax's
+        attention does. Whether ``(b, h, i, j)`` is kept is ``jax_dash.dropout_keep_mask`` of the
+        key: a pure function of the key and the coordinates, so runs and schedules give the same
+        bits. 0 (the default) is exactly the op without dropout. **For now the CPU kernels only**:
+        on a GPU an error says so (``NotImplementedError`` for arrays on a GPU, a runtime error
+        from the GPU's handler under ``jit``), and inside ``shard_map`` a ``NotImplementedError``.
+      dropout_rng: the JAX PRNG key of the mask (``jax.random.key(seed)``, or a raw uint32[2]
+        key), required when ``dropout_rate > 0``.
 
     Flax's ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ``dtype``, ...) raise a
     ``TypeError`` pointing to ``jax_dash.flax.make_attention_fn``, the adapter that takes them.
@@ -86,6 +96,7 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     function", raised while lowering).
     """
     _check_unexpected_keywords(unexpected)
+    threshold = dropout.dropout_threshold(dropout_rate)  # checks the rate (TypeError/ValueError)
     _check_dense(bias, mask)
     _check_implementation(implementation)
     if not isinstance(return_residual, (bool, np.bool_)):
@@ -137,8 +148,13 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     query, key, value, scale, *mask_arrays = _ffi._unify_varying(
         query, key, value, scale, q_lengths, kv_lengths, q_segments, kv_segments)
     try:
-        out, lse = _attention(query, key, value, scale, *mask_arrays, bool(is_causal),
-                              static_mask, schedule, scale_is_traced)
+        if threshold > 0 or float(dropout_rate) > 0:
+            out, lse = _with_dropout(query, key, value, scale, mask_arrays, dropout_rng,
+                                     float(dropout_rate), threshold, bool(is_causal), static_mask,
+                                     schedule, scale_is_traced)
+        else:
+            out, lse = _attention(query, key, value, scale, *mask_arrays, bool(is_causal),
+                                  static_mask, schedule, scale_is_traced)
     except TypeError as exc:  # JAX's own words for forward mode on a custom_vjp (eager)
         if "forward-mode autodiff (jvp) to a custom_vjp" not in str(exc):
             raise
@@ -264,3 +280,80 @@ def _zero_scale_cotangent(is_causal, static_mask, schedule):
         return _inner(q, dq_unscaled)
 
     return zero_scale
+
+
+# ---- dropout (the CPU kernels only, for now) --------------------------------------------------
+
+_DROPOUT_CPU_ONLY = (
+    "dropout_rate > 0 runs on the CPU kernels only for now: the Hopper kernels do not apply "
+    "dropout yet (issue 33). Use dropout_rate=0.0 on the GPU, or jax.nn.dot_product_attention")
+
+
+def _check_dropout_platform(query, key, value):
+    """Dropout's kernels are the CPU's: refuse a GPU, and shard_map (whose blocks would draw the
+    mask from their own coordinates, not the global ones)."""
+    if any(_ffi._varying_axes(x) for x in (query, key, value)):
+        raise NotImplementedError(
+            "dropout_rate > 0 inside shard_map is not supported yet: each block would draw its "
+            "mask from its own coordinates, not the global ones; call jax_dash.attention under "
+            "jit on sharded arrays instead (the mask is the unsharded one)")
+    # Concrete arrays on a GPU: said here. Traced ones: the GPU's FFI handler says the same when
+    # the program runs (the platform is not known before lowering).
+    for x in (query, key, value):
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            if any(d.platform != "cpu" for d in x.devices()):
+                raise NotImplementedError(_DROPOUT_CPU_ONLY)
+
+
+def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, is_causal,
+                  static_mask, schedule, scale_is_traced):
+    _check_dropout_platform(query, key, value)
+    words = dropout.dropout_key_words(rng)
+    key_words = jnp.stack(words).astype(jnp.uint32)
+    if not isinstance(schedule, str):  # chosen per platform: the CPU's
+        schedule = dict(schedule)["cpu"]
+    keep_scale = 1.0 / (1.0 - rate)
+    return _dropout_attention(query, key, value, scale, key_words, *mask_arrays, is_causal,
+                              static_mask, schedule, scale_is_traced, threshold, keep_scale)
+
+
+# Operands: q, k, v, the 0-d scale, the uint32 [2] dropout key, the four mask arrays; static:
+# is_causal, the StaticMask, the schedule, scale_is_traced, the threshold and 1 / (1 - rate).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12, 13, 14))
+def _dropout_attention(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments, kv_segments,
+                       is_causal, static_mask, schedule, scale_is_traced, threshold, keep_scale):
+    return _ffi.fwd_dropout_call(q, k, v, scale, is_causal, static_mask,
+                                 (q_lengths, kv_lengths, q_segments, kv_segments), key_words,
+                                 threshold, keep_scale)
+
+
+def _dropout_attention_fwd(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments,
+                           kv_segments, is_causal, static_mask, schedule, scale_is_traced,
+                           threshold, keep_scale):
+    mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
+    out, lse = _ffi.fwd_dropout_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
+                                     key_words, threshold, keep_scale)
+    return (out, lse), (q, k, v, scale, key_words, mask_arrays, out, lse)
+
+
+def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, threshold,
+                           keep_scale, residuals, cotangents):
+    q, k, v, scale, key_words, mask_arrays, out, lse = residuals
+    dout = cotangents[0].astype(out.dtype)
+
+    def backward(q, scale):
+        return _ffi.bwd_dropout_call(q, k, v, out, lse, dout, scale, is_causal, schedule,
+                                     static_mask, mask_arrays, key_words, threshold, keep_scale)
+
+    dq, dk, dv = backward(q, scale)
+    if scale_is_traced:  # dL/dscale = <Q, dQ> / scale; at scale 0, <Q, dQ'> of Q' = 0, scale 1
+        dscale = jax.lax.cond(
+            scale != 0, lambda: _inner(q, dq) / scale,
+            lambda: _inner(q, backward(jnp.zeros_like(q), jnp.ones_like(scale))[0])
+        ).astype(scale.dtype)
+    else:
+        dscale = jnp.zeros_like(scale)
+    return (dq, dk, dv, dscale, None) + (None,) * len(mask_arrays)
+
+
+_dropout_attention.defvjp(_dropout_attention_fwd, _dropout_attention_bwd)

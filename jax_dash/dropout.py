@@ -3,8 +3,8 @@ the function ``cuda/dropout.h`` defines for the kernels. Whether element ``(b, h
 attention probabilities is kept depends only on the key and the element's global coordinates
 (batch row, head, query position, key position): counter-based Philox4x32-10, no state, so a mask
 does not depend on tiles, schedules, sharding over batch or heads, or where a ring's block sits
-(the offsets). The attention kernels do not apply it yet (issue 33): ``jax_dash.attention`` still
-refuses ``dropout_rate > 0``.
+(the offsets). ``jax_dash.attention(..., dropout_rate, dropout_rng)`` applies it on the CPU
+kernels; the Hopper kernels do not yet (issue 33).
 """
 
 from __future__ import annotations

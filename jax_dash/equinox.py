@@ -64,8 +64,9 @@ def single_head_attention(query, key, value, *, scale=None, is_causal=False, sch
 def _check_not_training_dropout(dropout_p: float, inference: bool) -> None:
     if dropout_p > 0 and not inference:
         raise ValueError(
-            f"dropout_p={dropout_p!r} in training mode (inference=False): attention dropout is "
-            "not supported by jax_dash yet. Use dropout_p=0.0, or inference=True."
+            f"dropout_p={dropout_p!r} in training mode (inference=False): the Equinox adapter "
+            "does not apply attention dropout yet (jax_dash.attention takes dropout_rate and "
+            "dropout_rng on the CPU kernels only). Use dropout_p=0.0, or inference=True."
         )
 
 

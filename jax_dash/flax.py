@@ -229,8 +229,10 @@ def make_attention_fn(
                 raise ValueError(f"{name}={fn!r} is not supported: jax_dash runs its own kernels")
         if dropout_rate != 0.0 and not deterministic:
             raise ValueError(
-                f"dropout_rate={dropout_rate!r} with deterministic=False: attention dropout is "
-                "not supported by jax_dash yet. Use dropout_rate=0.0, or deterministic=True "
+                f"dropout_rate={dropout_rate!r} with deterministic=False: the Flax adapter does "
+                "not apply attention dropout yet (jax_dash.attention takes dropout_rate and "
+                "dropout_rng on the CPU kernels only, and one mask per batch row and head, not "
+                "Flax's broadcast_dropout). Use dropout_rate=0.0, or deterministic=True "
                 "(evaluation, where dropout is off)."
             )
         if not isinstance(is_causal, bool):

@@ -146,8 +146,9 @@ def test_return_residual_must_be_a_bool():
 FLAX_HINT = r"jax_dash.flax.make_attention_fn\(...\)"
 
 
-@pytest.mark.parametrize("keyword", ["dropout_rng", "dropout_rate", "deterministic",
-                                     "broadcast_dropout", "dtype", "precision", "module"])
+# (dropout_rng and dropout_rate are jax_dash.attention's own: tests/test_dropout_attention.py)
+@pytest.mark.parametrize("keyword", ["deterministic", "broadcast_dropout", "dtype", "precision",
+                                     "module"])
 def test_flax_keywords_point_to_the_flax_adapter(keyword):
     q, k, v = _qkv()
     with pytest.raises(TypeError, match=rf"Flax's attention_fn keyword\(s\) {keyword}:.*"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/cpu/dtype.h"
+#include "cuda/dropout.h"
 #include "cuda/cpu/thread_pool.h"
 
 namespace jax_dash::cpu {
@@ -171,6 +172,18 @@ inline float logit(float score, float scale, float cap, float* tanh_out) {
   for (int64_t d = 0; d < n; ++d) out[d] = out[d] + row[d];
 }
 
+// The factor dropout applies to probability (b, h, i, j): 0 where dropped, 1 / (1 - rate) where
+// kept, 1 without dropout.
+inline float dropout_factor(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
+                            int64_t j) {
+  if (!p.has_dropout) return 1.0f;
+  return dropout_keep(p.dropout_key0, p.dropout_key1, p.dropout_threshold,
+                      static_cast<uint32_t>(b), static_cast<uint32_t>(h), static_cast<uint32_t>(i),
+                      static_cast<uint32_t>(j))
+             ? p.dropout_scale
+             : 0.0f;
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 
 void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
@@ -230,6 +243,8 @@ void forward_tile(const AttentionParams& p, int64_t b, int64_t h, int64_t m) {
       }
       row_sum[r] = row_sum[r] * correction + tile_sum;
       row_max[r] = new_max;
+      if (p.has_dropout)  // after the row sum: the normalization counts every probability
+        for (int64_t c = 0; c < cols; ++c) s_row[c] *= dropout_factor(p, b, h, row0 + r, col0 + c);
       float* acc_row = acc.data() + r * D;
       for (int64_t d = 0; d < D; ++d) acc_row[d] *= correction;
     }
@@ -293,9 +308,11 @@ void load_key_tile(const AttentionParams& p, int64_t b, int64_t kvh, int64_t n,
 
 // With Q_m/dO_m and K_n/V_n loaded: t.s <- P, t.dp <- dS = P * (dP - D) (times the soft cap's
 // derivative 1 - tanh^2), t.spans <- the keys each row sees (none for padding rows and rows that
-// see no key).
+// see no key). With dropout (factor z: 0 or 1 / (1 - rate)) t.s <- z P, the probabilities dV
+// sees, and dS = P * (z dP - D).
 void recompute_p_and_ds(const AttentionParams& p, const MaskPolicy& mask,
-                        TileVisibility visibility, int64_t m, int64_t n, BackwardScratch& t) {
+                        TileVisibility visibility, int64_t b, int64_t h, int64_t m, int64_t n,
+                        BackwardScratch& t) {
   const int64_t D = p.head_dim;
   const int64_t block_m = p.tiles.bwd_block_m;
   const int64_t block_n = p.tiles.bwd_block_n;
@@ -312,9 +329,10 @@ void recompute_p_and_ds(const AttentionParams& p, const MaskPolicy& mask,
       const float prob =
           live ? std::exp(logit(t.s[idx], scale, p.logits_soft_cap, &tanh_value) - t.lse[r])
                : 0.0f;
-      float ds = live ? prob * (t.dp[idx] - t.dsum[r]) : 0.0f;
+      const float z = live ? dropout_factor(p, b, h, m * block_m + r, n * block_n + c) : 1.0f;
+      float ds = live ? prob * ((p.has_dropout ? z * t.dp[idx] : t.dp[idx]) - t.dsum[r]) : 0.0f;
       if (p.logits_soft_cap > 0.0f) ds *= 1.0f - tanh_value * tanh_value;
-      t.s[idx] = prob;
+      t.s[idx] = p.has_dropout ? z * prob : prob;
       t.dp[idx] = ds;
     }
   }
@@ -383,7 +401,7 @@ void backward_kv_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
                                                       block_n);
       if (visibility == TileVisibility::kInvisible) continue;
       load_query_tile(p, dsum, b, h, m, t);
-      recompute_p_and_ds(p, mask, visibility, m, n, t);
+      recompute_p_and_ds(p, mask, visibility, b, h, m, n, t);
       matmul_acc_ptb(t.s.data(), t.dout.data(), block_m, block_n, D, t.spans, dv_part.data());
       matmul_acc_ptb(t.dp.data(), t.q.data(), block_m, block_n, D, t.spans, dk_part.data());
     }
@@ -457,7 +475,7 @@ void backward_q_tile(const AttentionParams& p, const BwdWorkspaceLayout& w,
                                                     block_n);
     if (visibility == TileVisibility::kInvisible) continue;
     load_key_tile(p, b, kvh, n, t);
-    recompute_p_and_ds(p, mask, visibility, m, n, t);
+    recompute_p_and_ds(p, mask, visibility, b, h, m, n, t);
     std::fill(partial.begin(), partial.end(), 0.0f);
     matmul_acc_pb(t.dp.data(), t.k.data(), block_m, block_n, D, t.spans, partial.data());
     for (int64_t i = 0; i < block_m * D; ++i) dq_accum[i] += partial[i];

@@ -14,8 +14,12 @@ tracing: call ``jax_dash.attention`` with them directly. Everything it cannot ho
 error instead of being dropped:
 
 * ``bias``, attention-weight sowing (``module``/``sow_weights``) and custom einsums: ``ValueError``.
-* dropout that would be applied (``dropout_rate > 0`` and not ``deterministic``): ``ValueError``
-  (not supported yet). In evaluation mode (``deterministic=True``) dropout is off, so it runs.
+* dropout (``dropout_rate > 0`` and not ``deterministic``): applied by ``jax_dash.attention``'s
+  reproducible dropout (its keep mask is ``jax_dash.dropout_keep_mask`` of ``dropout_rng``; CPU
+  kernels only for now), which draws one mask per batch row and head: Flax's default
+  ``broadcast_dropout=True`` (one mask shared by all batch rows and heads) raises a ``ValueError``
+  asking for ``broadcast_dropout=False``. In evaluation mode (``deterministic=True``) dropout is
+  off.
 * ``mask``: masks are usually traced arrays under ``jit``, whose values are unknown while tracing.
   The rule is therefore:
 
@@ -211,7 +215,7 @@ def make_attention_fn(
         qk_attn_weights_einsum: Callable | None = None,
         attn_weights_value_einsum: Callable | None = None,
     ) -> jax.Array:
-        del broadcast_dropout, dropout_rng, precision, force_fp32_for_softmax  # see module doc
+        del precision, force_fp32_for_softmax  # see module doc
         if bias is not None:
             raise ValueError(
                 f"bias (shape {getattr(bias, 'shape', '?')}) is not supported by jax_dash "
@@ -227,13 +231,14 @@ def make_attention_fn(
                          ("attn_weights_value_einsum", attn_weights_value_einsum)):
             if fn is not None:
                 raise ValueError(f"{name}={fn!r} is not supported: jax_dash runs its own kernels")
-        if dropout_rate != 0.0 and not deterministic:
+        apply_dropout = dropout_rate != 0.0 and not deterministic
+        if apply_dropout and broadcast_dropout:
             raise ValueError(
-                f"dropout_rate={dropout_rate!r} with deterministic=False: the Flax adapter does "
-                "not apply attention dropout yet (jax_dash.attention takes dropout_rate and "
-                "dropout_rng on the CPU kernels only, and one mask per batch row and head, not "
-                "Flax's broadcast_dropout). Use dropout_rate=0.0, or deterministic=True "
-                "(evaluation, where dropout is off)."
+                f"dropout_rate={dropout_rate!r} with deterministic=False and "
+                "broadcast_dropout=True (Flax's default: one dropout mask shared by every batch "
+                "row and head): jax_dash's dropout draws one mask per batch row and head "
+                "(reproducibly, from dropout_rng). Build the module with broadcast_dropout=False, "
+                "or use dropout_rate=0.0 / deterministic=True (evaluation, where dropout is off)."
             )
         if not isinstance(is_causal, bool):
             raise TypeError(f"is_causal={is_causal!r} must be True or False")
@@ -300,7 +305,9 @@ def make_attention_fn(
             query, key, value = flat(query), flat(key), flat(value)
         out = jax_dash.attention(query, key, value, scale=scale, is_causal=causal,
                                  local_window_size=window, logits_soft_cap=soft_cap,
-                                 schedule=schedule)
+                                 schedule=schedule,
+                                 dropout_rate=dropout_rate if apply_dropout else 0.0,
+                                 dropout_rng=dropout_rng if apply_dropout else None)
         return out.reshape(batch_dims + out.shape[-3:])
 
     return jax_dash_attention_fn

@@ -241,10 +241,22 @@ def test_dtype_argument_promotes_like_flax():
     np.testing.assert_allclose(np.asarray(out, np.float32), _causal(), atol=5e-2)
 
 
-def test_dropout_in_training_is_refused():
-    with pytest.raises(ValueError, match="dropout_rate=0.1 with deterministic=False"):
+def test_broadcast_dropout_in_training_is_refused():
+    """Flax's default broadcast_dropout=True shares one mask over batch rows and heads, which
+    jax_dash's dropout does not draw: refused, naming the way out."""
+    with pytest.raises(ValueError, match="broadcast_dropout=True .*broadcast_dropout=False"):
         jdf.attention_fn(*_qkv(), dropout_rate=0.1, deterministic=False,
                          dropout_rng=jax.random.key(0))
+
+
+def test_dropout_in_training_is_jax_dash_dropout():
+    q, k, v = _qkv()
+    rng = jax.random.key(3)
+    out = jdf.attention_fn(q, k, v, is_causal=True, dropout_rate=0.2, deterministic=False,
+                           broadcast_dropout=False, dropout_rng=rng)
+    expected = jax_dash.attention(q, k, v, is_causal=True, dropout_rate=0.2, dropout_rng=rng)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+    assert not np.allclose(np.asarray(out), _causal(), atol=1e-3)  # dropout did something
 
 
 def test_dropout_in_evaluation_runs():
@@ -252,12 +264,32 @@ def test_dropout_in_evaluation_runs():
     np.testing.assert_allclose(out, _causal(), atol=1e-5)
 
 
-def test_nnx_module_with_dropout_training_is_refused():
+def test_nnx_module_with_broadcast_dropout_training_is_refused():
     mha = nnx.MultiHeadAttention(HEADS, FEATURES, decode=False, dropout_rate=0.1,
                                  attention_fn=jdf.attention_fn, rngs=nnx.Rngs(0, dropout=1))
     x = jnp.ones((BATCH, SEQ, FEATURES))
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(ValueError, match="broadcast_dropout=False"):
         mha(x, is_causal=True, deterministic=False)
+
+
+def test_nnx_module_trains_with_dropout_reproducibly():
+    """broadcast_dropout=False: the module's dropout is jax_dash's; the same dropout stream gives
+    the same bits, gradients included."""
+    x = jax.random.normal(jax.random.key(4), (BATCH, SEQ, FEATURES))
+
+    def grads_of_fresh_module():
+        mha = nnx.MultiHeadAttention(HEADS, FEATURES, decode=False, dropout_rate=0.1,
+                                     broadcast_dropout=False, attention_fn=jdf.attention_fn,
+                                     rngs=nnx.Rngs(0, dropout=1))
+
+        def loss(m):
+            return jnp.sum(m(x, is_causal=True, deterministic=False) ** 2)
+
+        return jax.tree.leaves(nnx.grad(loss)(mha))
+
+    first, second = grads_of_fresh_module(), grads_of_fresh_module()
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -202,16 +202,23 @@ def _fwd_branch(static, q, k, v, scale, *mask_arrays):
     return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
 
 
-def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays):
-    q, k, v, scale, *mask_arrays = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
-                                                  *mask_arrays)
+def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout=None):
+    """The forward FFI call; ``dropout``: None, or ``(key_words, threshold, keep_scale)`` (a
+    uint32 [2] key, the 16-bit threshold, 1 / (1 - rate); cuda/dropout.h), which runs the
+    dropout target (the CPU kernels only, for now)."""
+    key = () if dropout is None else (dropout[0],)
+    q, k, v, scale, *rest = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
+                                           *mask_arrays, *key)
+    mask_arrays, key = rest[:len(mask_arrays)], rest[len(mask_arrays):]
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
-    return jax.ffi.ffi_call("jax_dash_fwd", result_types, vmap_method="sequential")(
-        q, k, v, *mask_arrays, scale, is_causal=bool(is_causal), **mask.attributes())
+    target = "jax_dash_fwd" if dropout is None else "jax_dash_fwd_dropout"
+    return jax.ffi.ffi_call(target, result_types, vmap_method="sequential")(
+        q, k, v, *mask_arrays, scale, *key, is_causal=bool(is_causal), **mask.attributes(),
+        **_dropout_attributes(dropout))
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
@@ -270,13 +277,15 @@ def _check_sums(sums, q, k, v, f32_grads):
 
 
 def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-              mask_arrays, sums, accumulate, alias_sums=True):
+              mask_arrays, sums, accumulate, alias_sums=True, dropout=None):
     """The FFI call of ``bwd_call`` at a head_dim the kernels have. ``alias_sums=False`` (tests
     only) passes the accumulate sums without aliasing them to the gradients, so that the handler
-    copies them into the outputs first."""
+    copies them into the outputs first. ``dropout`` as in ``_fwd_call`` (the forward's)."""
+    key = () if dropout is None else (dropout[0],)
     q, k, v, out, lse, dout, scale, *rest = _unify_varying(
-        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
-    mask_arrays, sums = rest[:-3], rest[-3:]
+        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums, *key)
+    n = len(mask_arrays)
+    mask_arrays, sums, key = rest[:n], rest[n:n + 3], rest[n + 3:]
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
@@ -291,52 +300,21 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
     )
     first_sum = 7 + len(mask_arrays)  # operand index of dq_sum
     aliases = {first_sum + i: i for i in range(3)} if accumulate and alias_sums else {}
-    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd", result_types, vmap_method="sequential",
+    target = "jax_dash_bwd" if dropout is None else "jax_dash_bwd_dropout"
+    dq, dk, dv, _, _ = jax.ffi.ffi_call(target, result_types, vmap_method="sequential",
                                         input_output_aliases=aliases)(
-        q, k, v, out, lse, dout, *mask_arrays, scale, *sums, is_causal=bool(is_causal),
+        q, k, v, out, lse, dout, *mask_arrays, scale, *sums, *key, is_causal=bool(is_causal),
         schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads),
-        accumulate=bool(accumulate), **mask.attributes())
+        accumulate=bool(accumulate), **mask.attributes(), **_dropout_attributes(dropout))
     return dq, dk, dv
+
 
 
 # ---- dropout (the CPU kernels only, for now) --------------------------------------------------
 
-def fwd_dropout_call(q, k, v, scale, is_causal, mask, mask_arrays, key_words, threshold,
-                     keep_scale):
-    """``fwd_call`` with attention dropout (cuda/dropout.h): ``key_words`` a uint32 [2] array,
-    ``threshold`` the 16-bit threshold, ``keep_scale`` 1 / (1 - rate). CPU kernels only."""
-    q, k, v, scale, *rest = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
-                                           *mask_arrays, key_words)
-    mask_arrays, key_words = rest[:-1], rest[-1]
-    batch, seq_q, num_heads, _ = q.shape
-    result_types = (_result_type(q.shape, q.dtype, q),
-                    _result_type((batch, num_heads, seq_q), jnp.float32, q))
-    return jax.ffi.ffi_call("jax_dash_fwd_dropout", result_types, vmap_method="sequential")(
-        q, k, v, *mask_arrays, scale, key_words, is_causal=bool(is_causal),
-        dropout_threshold=np.int64(threshold), dropout_scale=np.float32(keep_scale),
-        **mask.attributes())
-
-
-def bwd_dropout_call(q, k, v, out, lse, dout, scale, is_causal, schedule, mask, mask_arrays,
-                     key_words, threshold, keep_scale):
-    """``bwd_call`` with attention dropout (the forward's key, threshold and scale): ``(dq, dk,
-    dv)`` in the inputs' dtype. CPU kernels only."""
-    q, k, v, out, lse, dout, scale, *rest = _unify_varying(
-        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, key_words)
-    mask_arrays, key_words = rest[:-1], rest[-1]
-    batch, seq_q, num_heads, head_dim = q.shape
-    seq_kv, num_kv_heads = k.shape[1], k.shape[2]
-    f32_size, i32_size = _ext.bwd_workspace_size(
-        batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
-    result_types = (_result_type(q.shape, q.dtype, q), _result_type(k.shape, q.dtype, q),
-                    _result_type(v.shape, q.dtype, q),
-                    _result_type((f32_size,), jnp.float32, q),
-                    _result_type((i32_size,), jnp.int32, q))
-    empty = jnp.zeros((0,), jnp.float32)
-    dq, dk, dv, _, _ = jax.ffi.ffi_call("jax_dash_bwd_dropout", result_types,
-                                        vmap_method="sequential")(
-        q, k, v, out, lse, dout, *mask_arrays, scale, empty, empty, empty, key_words,
-        is_causal=bool(is_causal), schedule=np.int32(SCHEDULE_IDS[schedule]),
-        f32_grads=False, accumulate=False, dropout_threshold=np.int64(threshold),
-        dropout_scale=np.float32(keep_scale), **mask.attributes())
-    return dq, dk, dv
+def _dropout_attributes(dropout):
+    """The attributes of the *_dropout targets (none without dropout)."""
+    if dropout is None:
+        return {}
+    _, threshold, keep_scale = dropout
+    return dict(dropout_threshold=np.int64(threshold), dropout_scale=np.float32(keep_scale))

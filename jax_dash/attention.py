@@ -148,7 +148,7 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
     query, key, value, scale, *mask_arrays = _ffi._unify_varying(
         query, key, value, scale, q_lengths, kv_lengths, q_segments, kv_segments)
     try:
-        if threshold > 0 or float(dropout_rate) > 0:
+        if dropout_rate > 0:
             out, lse = _with_dropout(query, key, value, scale, mask_arrays, dropout_rng,
                                      float(dropout_rate), threshold, bool(is_causal), static_mask,
                                      schedule, scale_is_traced)
@@ -322,17 +322,17 @@ def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, i
 @functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12, 13, 14))
 def _dropout_attention(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments, kv_segments,
                        is_causal, static_mask, schedule, scale_is_traced, threshold, keep_scale):
-    return _ffi.fwd_dropout_call(q, k, v, scale, is_causal, static_mask,
-                                 (q_lengths, kv_lengths, q_segments, kv_segments), key_words,
-                                 threshold, keep_scale)
+    return _ffi._fwd_call(q, k, v, scale, is_causal, static_mask,
+                          (q_lengths, kv_lengths, q_segments, kv_segments),
+                          dropout=(key_words, threshold, keep_scale))
 
 
 def _dropout_attention_fwd(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments,
                            kv_segments, is_causal, static_mask, schedule, scale_is_traced,
                            threshold, keep_scale):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    out, lse = _ffi.fwd_dropout_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
-                                     key_words, threshold, keep_scale)
+    out, lse = _ffi._fwd_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
+                              dropout=(key_words, threshold, keep_scale))
     return (out, lse), (q, k, v, scale, key_words, mask_arrays, out, lse)
 
 
@@ -341,9 +341,13 @@ def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, th
     q, k, v, scale, key_words, mask_arrays, out, lse = residuals
     dout = cotangents[0].astype(out.dtype)
 
+    empty = (jnp.zeros((0,), jnp.float32),) * 3  # no accumulate sums (the FFI has no optional
+                                                 # operands)
+
     def backward(q, scale):
-        return _ffi.bwd_dropout_call(q, k, v, out, lse, dout, scale, is_causal, schedule,
-                                     static_mask, mask_arrays, key_words, threshold, keep_scale)
+        return _ffi._bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, False,
+                              static_mask, mask_arrays, empty, False,
+                              dropout=(key_words, threshold, keep_scale))
 
     dq, dk, dv = backward(q, scale)
     if scale_is_traced:  # dL/dscale = <Q, dQ> / scale; at scale 0, <Q, dQ'> of Q' = 0, scale 1

@@ -31,6 +31,7 @@ class Point:
     mask: str
     batch: int
     heads: int
+    kv_heads: int | None = None  # GQA: None means heads (multi-head attention)
 
     def __post_init__(self):
         for name in ("head_dim", "seq", "batch", "heads"):
@@ -39,6 +40,14 @@ class Point:
                 raise ValueError(f"Point.{name}={value!r} must be a positive int")
         if self.mask not in MASKS:
             raise ValueError(f"Point.mask={self.mask!r} must be one of {MASKS}")
+        if self.kv_heads is not None and (not isinstance(self.kv_heads, int) or self.kv_heads <= 0
+                                          or self.heads % self.kv_heads):
+            raise ValueError(f"Point.kv_heads={self.kv_heads!r} must be a positive int dividing "
+                             f"heads={self.heads}")
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
     def is_causal(self) -> bool:
@@ -46,17 +55,19 @@ class Point:
 
     @property
     def key(self) -> str:
-        return f"hd{self.head_dim}-{self.mask}-s{self.seq}-b{self.batch}-h{self.heads}"
+        gqa = "" if self.num_kv_heads == self.heads else f"-kv{self.kv_heads}"
+        return f"hd{self.head_dim}-{self.mask}-s{self.seq}-b{self.batch}-h{self.heads}{gqa}"
 
     def label(self) -> str:
-        return f"hd={self.head_dim} {self.mask} seq={self.seq} B={self.batch} H={self.heads}"
+        gqa = "" if self.num_kv_heads == self.heads else f" KV={self.kv_heads}"
+        return f"hd={self.head_dim} {self.mask} seq={self.seq} B={self.batch} H={self.heads}{gqa}"
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @staticmethod
     def from_json(d: dict) -> "Point":
-        return Point(**{f.name: d[f.name] for f in dataclasses.fields(Point)})
+        return Point(**{f.name: d[f.name] for f in dataclasses.fields(Point) if f.name in d})
 
 
 def forward_flops(p: Point) -> float:
@@ -69,8 +80,10 @@ def backward_flops(p: Point) -> float:
     return BWD_FLOP_FACTOR * forward_flops(p)
 
 
-def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDEN) -> list[Point]:
-    """Paper grid: batch = tokens // seq, heads = hidden // head_dim; ordered hd, mask, seq."""
+def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDEN,
+              group: int = 1) -> list[Point]:
+    """Paper grid: batch = tokens // seq, heads = hidden // head_dim; ordered hd, mask, seq.
+    `group` > 1 makes GQA points: heads // group KV heads."""
     points = []
     for head_dim in head_dims:
         if hidden % head_dim:
@@ -81,8 +94,12 @@ def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDE
                     raise ValueError(
                         f"seq={seq} must divide tokens={tokens} (batch = tokens // seq); "
                         f"pass --tokens with a multiple of every --seqs value")
-                points.append(Point(head_dim=head_dim, seq=seq, mask=mask,
-                                    batch=tokens // seq, heads=hidden // head_dim))
+                heads = hidden // head_dim
+                if heads % group:
+                    raise ValueError(f"group={group} must divide heads={heads} (hidden // head_dim "
+                                     f"at head_dim={head_dim})")
+                points.append(Point(head_dim=head_dim, seq=seq, mask=mask, batch=tokens // seq,
+                                    heads=heads, kv_heads=None if group == 1 else heads // group))
     return points
 
 

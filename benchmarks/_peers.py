@@ -373,8 +373,10 @@ def random_inputs(point, *, num_sets: int, dtype_name: str = "bfloat16", seed: i
     import jax.numpy as jnp
     dtype = jnp.dtype(dtype_name)
     shape = (point.batch, point.seq, point.heads, point.head_dim)
+    kv_shape = (point.batch, point.seq, point.num_kv_heads, point.head_dim)
     sets = []
     for i in range(num_sets):
         keys = jax.random.split(jax.random.key(seed * 1000 + i), 4)
-        sets.append(tuple(jax.random.normal(kk, shape, dtype) for kk in keys))
+        sets.append(tuple(jax.random.normal(kk, s, dtype)
+                          for kk, s in zip(keys, (shape, kv_shape, kv_shape, shape))))
     return sets

@@ -177,7 +177,7 @@ def backward_table(res: Results) -> list[str]:
         best = res.best_deterministic(p)
         not_repeatable = [display_name(x) for x in labels
                           if (p, x) in res.timing and not res.timing[(p, x)]["repeat"]["repeatable"]]
-        rows.append([p.head_dim, p.mask, p.seq, f"{p.batch}x{p.heads}"]
+        rows.append([p.head_dim, p.mask, p.seq, f"{p.batch}x{p.heads}" + (f"/{p.kv_heads}kv" if p.kv_heads else "")]
                     + [_tf(res.tflops(p, x, "bwd"), res.peak_tflops) for x in labels]
                     + [_x(res.ratio(p, DASH_HEADLINE, "cudnn")), _x(res.ratio(p, DASH_HEADLINE, "cudnn_det")),
                        display_name(best[0]) if best else "-",
@@ -226,7 +226,7 @@ def memory_table(res: Results) -> list[str]:
         dash = res.memory.get((p, DASH_HEADLINE))
         ratio = (dash["peak_bytes"] / base["peak_bytes"]
                  if base and dash and base.get("peak_bytes") and dash.get("peak_bytes") else None)
-        rows.append([p.seq, f"{p.batch}x{p.heads}x{p.head_dim} {p.mask}"] + cells + [_x(ratio)])
+        rows.append([p.seq, f"{p.batch}x{p.heads}x{p.head_dim}" + (f"/{p.kv_heads}kv" if p.kv_heads else "") + f" {p.mask}"] + cells + [_x(ratio)])
     return _table(["seq", "B x H x D mask"] + [display_name(x) + " peak GB" for x in labels]
                   + ["jax_dash/cuDNN"], rows)
 

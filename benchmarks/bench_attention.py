@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help=f"timed samples (default {DEFAULT_ITERS})")
     p.add_argument("--tokens", type=int, default=_grid.PAPER_TOKENS, help="batch*seq (default 16384)")
     p.add_argument("--hidden", type=int, default=_grid.PAPER_HIDDEN, help="heads*head_dim (default 2048)")
+    p.add_argument("--group", type=int, default=1,
+                   help="query heads per KV head (GQA; default 1: multi-head attention)")
     p.add_argument("--xla-max-seq", type=int, default=DEFAULT_XLA_MAX_SEQ,
                    help=f"skip impl xla above this seq (default {DEFAULT_XLA_MAX_SEQ})")
     p.add_argument("--quick", action="store_true",
@@ -95,7 +97,7 @@ class Options:
         self.iters = args.iters if args.iters is not None else (QUICK_ITERS if args.quick else DEFAULT_ITERS)
         if self.iters < 1:
             raise ValueError(f"--iters={self.iters} must be >= 1")
-        for name in ("tokens", "hidden", "peak_size", "memory_head_dim", "memory_heads",
+        for name in ("tokens", "hidden", "group", "peak_size", "memory_head_dim", "memory_heads",
                      "numerics_heads"):
             if getattr(args, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)} must be positive")
@@ -103,7 +105,8 @@ class Options:
             raise ValueError(f"--item-timeout={args.item_timeout} must be positive")
         self.timing = not args.skip_timing
         self.points = _grid.make_grid(self.head_dims, self.seqs, self.masks,
-                                      tokens=args.tokens, hidden=args.hidden) if self.timing else []
+                                      tokens=args.tokens, hidden=args.hidden,
+                                      group=args.group) if self.timing else []
         self.memory_points = _memory.memory_points(
             _grid.parse_int_list(args.memory_seqs, name="--memory-seqs"),
             head_dim=args.memory_head_dim, heads=args.memory_heads,

@@ -56,6 +56,23 @@ def _xla_scatter(vocab):
     return jax.jit(lambda d, i: jnp.zeros((vocab,) + d.shape[1:], d.dtype).at[i].add(d))
 
 
+def _parts(args):
+    """Where jax_dash's time goes: XLA's stable sort of (id, row) alone, the kernels alone (ids
+    already sorted, so no sort and no row order), and a write of the output's zeros (a floor)."""
+    import jax_dash
+    data, ids = _problem(args.tokens, args.vocab, args.features, jnp.dtype(args.dtype),
+                         args.ids)
+    positions = jnp.arange(ids.shape[0], dtype=jnp.int32)
+    sort = jax.jit(lambda i, p: jax.lax.sort((i, p), num_keys=1, is_stable=True))
+    sorted_ids, order = sort(ids, positions)
+    sorted_data = data[order]
+    kernels = jax.jit(lambda d, i: jax_dash.segment_sum(d, i, args.vocab, indices_are_sorted=True))
+    zeros = jax.jit(lambda d: jnp.zeros((args.vocab,) + d.shape[1:], d.dtype) + d[0, 0] * 0)
+    return {"sort_s": _median_seconds(sort, ids, positions),
+            "kernels_sorted_s": _median_seconds(kernels, sorted_data, sorted_ids),
+            "zero_fill_s": _median_seconds(zeros, data)}
+
+
 def _time_impl(impl, args):
     data, ids = _problem(args.tokens, args.vocab, args.features, jnp.dtype(args.dtype),
                          args.ids)
@@ -92,6 +109,8 @@ def main(argv=None):
     parser.add_argument("--dtype", default="bfloat16", help=argparse.SUPPRESS)
     parser.add_argument("--ids", default="uniform", help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ours-only", action="store_true",
+                        help="time jax_dash and its parts only (no XLA scatter)")
     parser.add_argument("--out", default=None, help="write results.json here")
     args = parser.parse_args(argv)
     if args.child:
@@ -107,12 +126,23 @@ def main(argv=None):
             args.dtype, args.ids = dtype, ids
             moved = (args.tokens + args.vocab) * args.features * jnp.dtype(dtype).itemsize
             ours = _time_impl("jax_dash", args)
-            racing = _time_impl("xla_scatter", args)
-            deterministic = _child("xla_scatter", args, "--xla_gpu_deterministic_ops=true")
-            row = dict(dtype=dtype, ids=ids, bytes_moved=moved, jax_dash=ours,
-                       xla_racing=racing, xla_deterministic=deterministic,
+            parts = _parts(args)
+            print(f"{dtype:9s} {ids:8s} jax_dash parts: sort {parts['sort_s'] * 1e3:.3f} ms, "
+                  f"kernels on sorted ids {parts['kernels_sorted_s'] * 1e3:.3f} ms "
+                  f"({moved / parts['kernels_sorted_s'] / bandwidth:.0%} of copy bw), zero fill "
+                  f"of the output {parts['zero_fill_s'] * 1e3:.3f} ms", flush=True)
+            row = dict(dtype=dtype, ids=ids, bytes_moved=moved, jax_dash=ours, jax_dash_parts=parts,
                        jax_dash_bandwidth_fraction=moved / ours["seconds"] / bandwidth)
             rows.append(row)
+            if args.ours_only:
+                print(f"{dtype:9s} {ids:8s} jax_dash {ours['seconds'] * 1e3:7.3f} ms "
+                      f"({row['jax_dash_bandwidth_fraction']:.0%} of copy bw; "
+                      f"{ours['repeats_differing_from_first']}/{REPEATS - 1} repeats differ)",
+                      flush=True)
+                continue
+            racing = _time_impl("xla_scatter", args)
+            deterministic = _child("xla_scatter", args, "--xla_gpu_deterministic_ops=true")
+            row.update(xla_racing=racing, xla_deterministic=deterministic)
             det = deterministic.get("seconds")
             print(f"{dtype:9s} {ids:8s} jax_dash {ours['seconds'] * 1e3:7.3f} ms "
                   f"({row['jax_dash_bandwidth_fraction']:.0%} of copy bw; "

@@ -78,7 +78,12 @@ RECIPES = {
     "dash_onehot": Recipe("jax_dash", "onehot", False, "jax_dash, one_hot(ids) @ table"),
     "dash_embed": Recipe("jax_dash", "dash_embed", False, "jax_dash, jax_dash.embed: the recipe"),
     "fa3": Recipe("fa3", "gather", False, "FlashAttention-3 (flash_attn3_jax), table[ids]"),
+    # Diagnostics, not run by default: each changes one part of the baseline or of the recipe, so
+    # step-time differences split into attention and embedding.
+    "cudnn_embed": Recipe("cudnn", "dash_embed", False, "cuDNN attention, jax_dash.embed (diagnostic)"),
+    "dash_gather": Recipe("jax_dash", "gather", False, "jax_dash, table[ids], no flag (diagnostic)"),
 }
+DIAGNOSTIC_RECIPES = ("cudnn_embed", "dash_gather")
 
 
 def loss_chunks_for(step_tokens: int, requested: int) -> int:
@@ -424,7 +429,9 @@ def write_plot(data: dict, out_dir: Path) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", default=",".join(RECIPES), help=f"comma list of {', '.join(RECIPES)}")
+    p.add_argument("--configs", default=",".join(c for c in RECIPES if c not in DIAGNOSTIC_RECIPES),
+                   help=f"comma list of {', '.join(RECIPES)} (default: all but the diagnostics "
+                        f"{', '.join(DIAGNOSTIC_RECIPES)})")
     p.add_argument("--seqs", default="4096,32768", help="comma list, k suffix allowed (default 4096,32768)")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per step; batch = max(1, tokens // seq)")
     p.add_argument("--steps", type=int, default=None,

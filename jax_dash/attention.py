@@ -189,7 +189,18 @@ def _attention_fwd(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segment
                    static_mask, schedule, scale_is_traced):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
     out, lse = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
-    return (out, lse), (q, k, v, scale, mask_arrays, out, lse)
+    return (out, lse), (q, k, v, scale, mask_arrays) + _saved(out, lse)
+
+
+def _saved(out, lse):
+    """The forward's outputs as residuals, behind an optimization barrier. Under ``lax.scan`` (a
+    model's layers) the residuals are stacked with dynamic-update-slices, and XLA's GPU pass
+    DynamicSliceFusionRewriter then fuses our custom call with those stores into a second copy of
+    the call, keeping the first for the output's other users: the forward kernel ran twice per
+    layer (measured on an H100 with jaxlib 0.11.2: 16 forward launches for 8 layers, 111 of a
+    595 ms training step at 32k tokens). The barrier hides the stores from the pass; it costs a
+    copy of out and lse into the stacked residuals, as any other op's outputs get."""
+    return tuple(jax.lax.optimization_barrier((out, lse)))
 
 
 def _attention_bwd(is_causal, static_mask, schedule, scale_is_traced, residuals, cotangents):

@@ -145,3 +145,28 @@ def test_traced_scale_gives_the_bits_of_a_python_scale(inputs):
     assert traced._cache_size() == 1
     assert not np.array_equal(_bits(traced(jnp.float32(0.07))[0]),
                               _bits(traced(jnp.float32(-0.3))[0]))
+
+
+def test_gpu_scan_of_layers_runs_the_forward_once_per_layer():
+    """The gradient of layers under lax.scan holds one forward call: XLA's GPU
+    DynamicSliceFusionRewriter once copied the call (the residuals' stacking stores fused into a
+    second call), so the forward kernel ran twice a layer in training steps."""
+    import re
+
+    def layer(x, w):
+        q = (x @ w).reshape(x.shape[0], x.shape[1], 4, 64)
+        o = jax_dash.attention(q, q[:, :, :2], q[:, :, :2], is_causal=True)
+        return x + o.reshape(x.shape), None
+
+    def loss(x, ws):
+        y, _ = jax.lax.scan(layer, x, ws)
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    device = HOPPER[0]
+    x = jax.device_put(jnp.ones((2, 256, 256), jnp.bfloat16), device)
+    ws = jax.device_put(jnp.full((3, 256, 256), 0.01, jnp.bfloat16), device)
+    hlo = jax.jit(jax.grad(loss, argnums=1)).lower(x, ws).compile().as_text()
+    forward_sites = re.findall(r'custom_call_target="jax_dash_fwd', hlo)
+    backward_sites = re.findall(r'custom_call_target="jax_dash_bwd', hlo)
+    assert len(forward_sites) == 1, f"{len(forward_sites)} forward call sites in the compiled HLO"
+    assert len(backward_sites) == 1

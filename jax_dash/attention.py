@@ -182,24 +182,26 @@ _FIRST_ORDER_ONLY = (
 def _attention(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
                static_mask, schedule, scale_is_traced):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    return _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
+    return _behind_barrier(*_forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale))
 
 
 def _attention_fwd(q, k, v, scale, q_lengths, kv_lengths, q_segments, kv_segments, is_causal,
                    static_mask, schedule, scale_is_traced):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    out, lse = _forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale)
-    return (out, lse), (q, k, v, scale, mask_arrays) + _saved(out, lse)
+    out, lse = _behind_barrier(*_forward_op(is_causal, static_mask)(q, k, v, *mask_arrays, scale))
+    return (out, lse), (q, k, v, scale, mask_arrays, out, lse)
 
 
-def _saved(out, lse):
-    """The forward's outputs as residuals, behind an optimization barrier. Under ``lax.scan`` (a
-    model's layers) the residuals are stacked with dynamic-update-slices, and XLA's GPU pass
-    DynamicSliceFusionRewriter then fuses our custom call with those stores into a second copy of
-    the call, keeping the first for the output's other users: the forward kernel ran twice per
-    layer (measured on an H100 with jaxlib 0.11.2: 16 forward launches for 8 layers, 111 of a
-    595 ms training step at 32k tokens). The barrier hides the stores from the pass; it costs a
-    copy of out and lse into the stacked residuals, as any other op's outputs get."""
+def _behind_barrier(out, lse):
+    """The forward call's outputs behind an optimization barrier, its only user. Under
+    ``lax.scan`` (a model's layers) the backward's residuals, ours and those of the ops that
+    consume ``out`` (the output projection's matmul keeps its input), are stored into stacked
+    arrays with dynamic-update-slices; XLA's GPU pass dynamic-slice-fusion-rewriter-v2 (jaxlib
+    0.11.2) then fuses a copy of our custom call with those stores and keeps the original for the
+    other users: the forward kernel ran twice per layer (16 launches for 8 layers, 111 ms of a
+    595 ms training step at 32k tokens on an H100). The pass's walk from the call stops at the
+    barrier, which costs nothing at run time; the stores become plain copies, as every other
+    op's outputs get."""
     return tuple(jax.lax.optimization_barrier((out, lse)))
 
 

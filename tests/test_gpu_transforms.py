@@ -148,15 +148,17 @@ def test_traced_scale_gives_the_bits_of_a_python_scale(inputs):
 
 
 def test_gpu_scan_of_layers_runs_the_forward_once_per_layer():
-    """The gradient of layers under lax.scan holds one forward call: XLA's GPU
-    DynamicSliceFusionRewriter once copied the call (the residuals' stacking stores fused into a
-    second call), so the forward kernel ran twice a layer in training steps."""
+    """The gradient of layers under lax.scan holds one forward call: XLA's GPU pass
+    dynamic-slice-fusion-rewriter-v2 copied the call into the stores of the residuals (here the
+    output projection's input), so the forward kernel ran twice a layer in training steps."""
     import re
 
     def layer(x, w):
         q = (x @ w).reshape(x.shape[0], x.shape[1], 4, 64)
         o = jax_dash.attention(q, q[:, :, :2], q[:, :, :2], is_causal=True)
-        return x + o.reshape(x.shape), None
+        # The output projection keeps its input, the attention output, for the backward: the
+        # residual store that the pass fused with a copy of the forward call.
+        return x + o.reshape(x.shape) @ w, None
 
     def loss(x, ws):
         y, _ = jax.lax.scan(layer, x, ws)

@@ -276,6 +276,15 @@ def measure_row(config: str, seq: int, opts, deadline: float) -> dict:
             "warmup": opts.warmup, "seed": opts.seed,
             "loss_chunks": row["loss_chunks"],
             "model": dataclasses.asdict(opts.model)}
+    # --compilation-cache: both processes share a fresh JAX persistent compilation cache, so the
+    # second loads the first's executable (XLA's autotuning choices included) instead of compiling
+    # and autotuning anew; no autotuning dump then (a flag that would change the cache key).
+    cache_env = {}
+    if opts.compilation_cache:
+        cache_env = {"JAX_COMPILATION_CACHE_DIR": tempfile.mkdtemp(prefix="bench_train_cache_"),
+                     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+        row["compilation_cache"] = True
     for mode in ("full", "hash"):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -288,7 +297,11 @@ def measure_row(config: str, seq: int, opts, deadline: float) -> dict:
         if os.path.exists(dump):
             os.remove(dump)
         env = child_env(recipe)
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_gpu_dump_autotune_results_to={dump}".strip()
+        if cache_env:
+            env.update(cache_env)
+            dump = None
+        else:
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_gpu_dump_autotune_results_to={dump}".strip()
         record = run_child(dict(spec, mode=mode, autotune_dump=dump), env, min(opts.child_timeout, remaining))
         if mode == "full":
             row.update(status=record["status"], **record.get("result", {}))
@@ -349,6 +362,8 @@ def table_lines(data: dict) -> list[str]:
         if r.get("autotune_identical") is not None:
             status += ("; XLA autotuning " + ("same" if r["autotune_identical"] else "differed")
                        + " in the two processes")
+        if r.get("compilation_cache"):
+            status += "; the two processes shared a compilation cache"
         lines.append(
             f"| {r['config']} | {r['seq']} | {r['batch']} | {_fmt(t and t * 1e3, '.1f')} | "
             f"{_fmt(ratio, '.3f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
@@ -454,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for the whole command: rows not started by then are skipped")
     p.add_argument("--out", default=None, help="output dir (default benchmarks/results/<date>-train-<gpu>)")
     p.add_argument("--fresh", action="store_true", help="do not merge into an existing results.json")
+    p.add_argument("--compilation-cache", action="store_true",
+                   help="the two processes of a row share a JAX persistent compilation cache (the "
+                        "second runs the first's executable, XLA's autotuning choices included)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--child", metavar="SPEC", help=argparse.SUPPRESS)
     return p
@@ -483,6 +501,7 @@ class Options:
         self.child_timeout = args.child_timeout
         self.time_budget = args.time_budget
         self.out, self.fresh, self.plots = args.out, args.fresh, not args.no_plots
+        self.compilation_cache = args.compilation_cache
 
 
 def _git_commit():

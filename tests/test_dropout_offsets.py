@@ -289,3 +289,16 @@ def test_without_dropout_the_offsets_are_checked_but_no_axis_is_bound():
         np.asarray(plain))
     with pytest.raises(ValueError, match=re.escape("dropout_offsets[0] (the batch offset)")):
         jax_dash.attention(q, k, v, dropout_offsets=(-1, 0, 0, 0))
+
+
+def test_dropout_axes_without_varying_axes_tracked():
+    """shard_map(check_vma=False): JAX does not track which axes the operands vary over, so
+    dropout_axes cannot be checked against them and is trusted; the bits are still the
+    unsharded call's."""
+    q, k, v, _ = random_inputs(14, 4, 32, 32, 4, 4, 16, jnp.float32)
+    spec = P("data", None, "model")
+    fn = jax.shard_map(ours(is_causal=True, dropout_axes=("data", "model")),
+                       mesh=_mesh((2, 2), ("data", "model")), in_specs=(spec,) * 3,
+                       out_specs=spec, check_vma=False)
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(q, k, v)),
+                                  np.asarray(ours(is_causal=True)(q, k, v)))

@@ -26,6 +26,11 @@ computes P blocks and device 0 one. ``layout="zigzag"`` balances this: the seque
 chunks and device ``i`` holds chunks ``i`` and ``2P-1-i`` (``zigzag`` / ``unzigzag`` reorder a
 global array into and out of that placement); every step after the first is then half a block pair
 of full-mask work on every device.
+
+Dropout (``dropout_rate``/``dropout_rng``) gives every kernel call the global coordinates of its
+first query and key (``_DeviceDropout``), so the ring applies ``jax_dash.attention``'s mask of the
+global problem. Under zigzag a call's rows or columns must then lie in one chunk: a block pair
+runs chunk pair by chunk pair (``_zigzag_pairs``).
 """
 
 from __future__ import annotations

@@ -276,6 +276,12 @@ def block_offsets(query, key, offsets, axes, *, ring_axes=()):
                 "the unsharded one)")
         return jnp.zeros((4,), jnp.int32)
     entries = check_axes(axes, ring=bool(ring_axes))
+    for names in entries:
+        for name in names or ():
+            if name in ring_axes:
+                raise ValueError(f"dropout_axes={axes!r} names the ring's axis {name!r}: the ring "
+                                 "gives the sequence its offsets itself; name the axes the batch "
+                                 "and heads are sharded over")
     if varying:  # JAX tracks which axes the operands vary over: they must match the names
         for index, names in enumerate(entries):
             if names is None:

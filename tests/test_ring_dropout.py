@@ -204,6 +204,8 @@ def test_batch_sharded_beside_the_ring_needs_dropout_axes():
      "ring_attention derives the sequence's offsets from axis_name"),
     (dict(dropout_axes=("data", None), dropout_offsets=(0, 0, 0, 0)), ValueError,
      "pass dropout_offsets or dropout_axes, not both"),
+    (dict(dropout_axes=("seq", None)), ValueError, "dropout_axes=('seq', None) names the ring's "
+                                                   "axis 'seq'"),
     (dict(layout="zigzag"), ValueError, "layout='zigzag' with dropout draws the mask chunk by "
                                         "chunk"),
 ])

@@ -40,19 +40,44 @@ ffi::Error run_cpu_kernel(const char* what, Kernel&& kernel) {
   return ffi::Error::Success();
 }
 
-// The dropout operand and attributes of the *_dropout targets (cuda/dropout.h): the two key
-// words (uint32 [2], host memory on the CPU), the 16-bit threshold and 1 / (1 - rate).
+// The dropout operands and attributes of the *_dropout targets (cuda/dropout.h): the two key
+// words (uint32 [2]) and the global coordinates of the call's first element (int32 [4]: batch,
+// head, q, kv; AttentionParams::dropout_offsets), both host memory on the CPU, the 16-bit
+// threshold and 1 / (1 - rate).
 struct DropoutOperands {
   const ffi::Buffer<ffi::U32>* key;
+  const ffi::Buffer<ffi::S32>* offsets;
   int64_t threshold;
   float keep_scale;
 };
 
+// The offsets are data (traced values reach here unchecked): each must be >= 0, and the call's
+// coordinates from it must stay below 2^32 (the mask's coordinates are uint32).
+ffi::Error check_dropout_offsets(const int32_t* offsets, const AttentionParams& p) {
+  static constexpr const char* kNames[4] = {"batch", "head", "q", "kv"};
+  const int64_t extents[4] = {p.batch, p.num_heads, p.seq_q, p.seq_kv};
+  constexpr int64_t kCoordinates = int64_t{1} << 32;
+  for (int axis = 0; axis < 4; ++axis)
+    if (offsets[axis] < 0 || offsets[axis] + extents[axis] > kCoordinates)
+      return ffi::Error::InvalidArgument(
+          std::string("jax_dash: dropout_offsets has ") + kNames[axis] + " offset " +
+          std::to_string(offsets[axis]) + " for " + std::to_string(extents[axis]) +
+          " positions; offsets must be >= 0 (the global coordinates of the call's first "
+          "element), and offset + positions <= 2^32");
+  return ffi::Error::Success();
+}
+
+// Host-memory operands only (the CPU handlers): the offsets are read here, to check them.
 ffi::Error describe_dropout(const DropoutOperands* d, AttentionParams* p) {
   if (d == nullptr) return ffi::Error::Success();
   if (!has_dims(d->key->dimensions(), {2}))
     return ffi::Error::InvalidArgument("jax_dash: the dropout key has shape " +
                                        dims_string(d->key->dimensions()) + ", expected [2]");
+  if (!has_dims(d->offsets->dimensions(), {4}))
+    return ffi::Error::InvalidArgument("jax_dash: dropout_offsets has shape " +
+                                       dims_string(d->offsets->dimensions()) +
+                                       ", expected [4] (batch, head, q, kv)");
+  if (ffi::Error e = check_dropout_offsets(d->offsets->typed_data(), *p); e.failure()) return e;
   if (d->threshold < 0 || d->threshold > 65535 || !(d->keep_scale >= 1.0f) ||
       !std::isfinite(d->keep_scale))
     return ffi::Error::InvalidArgument("jax_dash: dropout_threshold=" +
@@ -64,6 +89,7 @@ ffi::Error describe_dropout(const DropoutOperands* d, AttentionParams* p) {
   p->dropout_key1 = d->key->typed_data()[1];
   p->dropout_threshold = static_cast<uint32_t>(d->threshold);
   p->dropout_scale = d->keep_scale;
+  p->dropout_offsets = d->offsets->typed_data();
   return ffi::Error::Success();
 }
 
@@ -116,12 +142,13 @@ static ffi::Error FwdDropoutCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::Any
                                     ffi::Buffer<ffi::S32> q_segment_ids,
                                     ffi::Buffer<ffi::S32> kv_segment_ids,
                                     ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::U32> key,
-                                    bool is_causal, int64_t window_left, int64_t window_right,
+                                    ffi::Buffer<ffi::S32> offsets, bool is_causal,
+                                    int64_t window_left, int64_t window_right,
                                     float logits_soft_cap, bool has_seq_lengths,
                                     bool has_segment_ids, int64_t dropout_threshold,
                                     float dropout_scale, ffi::Result<ffi::AnyBuffer> out,
                                     ffi::Result<ffi::Buffer<ffi::F32>> lse) {
-  const DropoutOperands dropout{&key, dropout_threshold, dropout_scale};
+  const DropoutOperands dropout{&key, &offsets, dropout_threshold, dropout_scale};
   return FwdCpu(q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
                 is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
                 has_segment_ids, &dropout, out, lse);
@@ -189,14 +216,15 @@ static ffi::Error BwdDropoutCpuImpl(
     ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout, ffi::Buffer<ffi::S32> q_seq_lengths,
     ffi::Buffer<ffi::S32> kv_seq_lengths, ffi::Buffer<ffi::S32> q_segment_ids,
     ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum,
-    ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum, ffi::Buffer<ffi::U32> key, bool is_causal,
+    ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum, ffi::Buffer<ffi::U32> key,
+    ffi::Buffer<ffi::S32> offsets, bool is_causal,
     int64_t window_left, int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
     bool has_segment_ids, int32_t schedule, bool f32_grads, bool accumulate,
     int64_t dropout_threshold, float dropout_scale, ffi::Result<ffi::AnyBuffer> dq,
     ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
     ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
     ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
-  const DropoutOperands dropout{&key, dropout_threshold, dropout_scale};
+  const DropoutOperands dropout{&key, &offsets, dropout_threshold, dropout_scale};
   return BwdCpu(q, k, v, out, lse, dout, q_seq_lengths, kv_seq_lengths, q_segment_ids,
                 kv_segment_ids, scale, dq_sum, dk_sum, dv_sum, is_causal, window_left,
                 window_right, logits_soft_cap, has_seq_lengths, has_segment_ids, schedule,
@@ -268,7 +296,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()   // workspace_i32
 );
 
-// The same with dropout (CPU only): the dropout key after the scale, two attributes more.
+// The same with dropout (CPU only): the dropout key and offsets after the other operands, two
+// attributes more.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCpu, jax_dash::FwdDropoutCpuImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()          // query
@@ -280,6 +309,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCpu, jax_dash::FwdDropoutCpuImpl,
                                   .Arg<ffi::Buffer<ffi::S32>>()   // key_value_segment_ids
                                   .Arg<ffi::Buffer<ffi::F32>>()   // scale (0-d)
                                   .Arg<ffi::Buffer<ffi::U32>>()   // dropout key [2]
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // dropout_offsets [4]
                                   .Attr<bool>("is_causal")
                                   .Attr<int64_t>("window_left")
                                   .Attr<int64_t>("window_right")
@@ -309,6 +339,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdDropoutCpu, jax_dash::BwdDropoutCpuImpl,
                                   .Arg<ffi::AnyBuffer>()          // dk_sum (accumulate)
                                   .Arg<ffi::AnyBuffer>()          // dv_sum (accumulate)
                                   .Arg<ffi::Buffer<ffi::U32>>()   // dropout key [2]
+                                  .Arg<ffi::Buffer<ffi::S32>>()   // dropout_offsets [4]
                                   .Attr<bool>("is_causal")
                                   .Attr<int64_t>("window_left")
                                   .Attr<int64_t>("window_right")

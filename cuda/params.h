@@ -68,14 +68,22 @@ struct AttentionParams {
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 
   // Attention dropout (cuda/dropout.h; the CPU kernels only, for now): with has_dropout the
-  // probability of (b, h, i, j) is kept iff dropout_keep(dropout_key0, dropout_key1,
-  // dropout_threshold, b, h, i, j) (global coordinates: the call's own, no offsets yet), and then
-  // scaled by dropout_scale = 1 / (1 - rate). The softmax's normalization uses every probability.
+  // probability of the call's element (b, h, i, j) is kept iff dropout_keep(dropout_key0,
+  // dropout_key1, dropout_threshold, b + o[0], h + o[1], i + o[2], j + o[3]) with
+  // o = dropout_offsets (uint32 additions), and then scaled by dropout_scale = 1 / (1 - rate).
+  // The softmax's normalization uses every probability.
   bool has_dropout;
   uint32_t dropout_key0;
   uint32_t dropout_key1;
   uint32_t dropout_threshold;
   float dropout_scale;
+  // The global coordinates of the call's element (0, 0, 0, 0): int32 [4] = (batch, head, q, kv),
+  // each >= 0, an FFI operand (traced under shard_map and the ring, where a call is one block of a
+  // larger problem), so a new offset is new data, not a new executable. h is a query head (GQA:
+  // the key/value heads follow from the query heads). As scale_ptr: on the GPU a device pointer
+  // that kernels read (never the host: no sync); on the CPU a host pointer. Read only with
+  // has_dropout.
+  const int32_t* dropout_offsets;
 };
 
 // The schedules' view of a call (cuda/schedule.h): its tiles, extents, band and wave width. The

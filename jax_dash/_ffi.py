@@ -184,32 +184,39 @@ def _head_dim_branches(call, static, head_dim, pad, crop):
     return native, padded
 
 
-def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mask_arrays=None):
+def fwd_call(q, k, v, scale, is_causal: bool, *, mask: StaticMask = NO_MASK, mask_arrays=None,
+             dropout=None):
     """Raw forward: returns ``(out [B, Sq, H, D], lse [B, H, Sq] float32)``. ``scale`` (a number
     or a 0-d array) is passed as a 0-d float32 operand, not an attribute, so a new scale reuses
     the compiled call. ``mask_arrays``: ``(q_seq_lengths [B], kv_seq_lengths [B],
-    q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32, or None for none. A head_dim the
+    q_segment_ids [B, Sq], kv_segment_ids [B, Sk])`` int32, or None for none. ``dropout``: None,
+    or ``(key_words, offsets, threshold, keep_scale)`` as in ``_fwd_call``. A head_dim the
     Hopper kernels lack runs them zero-padded on the GPU (``hopper_head_dim``)."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
+    arrays, dropout_static = _split_dropout(dropout)
     return _at_hopper_head_dim(
-        _fwd_branch, (bool(is_causal), mask), (q, k, v, jnp.asarray(scale, jnp.float32),
-                                               *mask_arrays), pad={0, 1, 2}, crop={0})
+        _fwd_branch, (bool(is_causal), mask, dropout_static),
+        (q, k, v, jnp.asarray(scale, jnp.float32), *mask_arrays, *arrays), pad={0, 1, 2},
+        crop={0})
 
 
-def _fwd_branch(static, q, k, v, scale, *mask_arrays):
-    is_causal, mask = static
-    return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays)
+def _fwd_branch(static, q, k, v, scale, *rest):
+    """``_fwd_call`` with fwd_call's operand order: the mask arrays, then the dropout arrays."""
+    is_causal, mask, dropout_static = static
+    mask_arrays, dropout = _join_dropout(rest, dropout_static)
+    return _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout)
 
 
 def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout=None):
-    """The forward FFI call; ``dropout``: None, or ``(key_words, threshold, keep_scale)`` (a
-    uint32 [2] key, the 16-bit threshold, 1 / (1 - rate); cuda/dropout.h), which runs the
+    """The forward FFI call; ``dropout``: None, or ``(key_words, offsets, threshold,
+    keep_scale)`` (a uint32 [2] key; int32 [4] global coordinates (batch, head, q, kv) of the
+    call's first element; the 16-bit threshold; 1 / (1 - rate); cuda/dropout.h), which runs the
     dropout target (the CPU kernels only, for now)."""
-    key = () if dropout is None else (dropout[0],)
+    extra = () if dropout is None else tuple(dropout[:2])
     q, k, v, scale, *rest = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
-                                           *mask_arrays, *key)
-    mask_arrays, key = rest[:len(mask_arrays)], rest[len(mask_arrays):]
+                                           *mask_arrays, *extra)
+    mask_arrays, extra = rest[:len(mask_arrays)], rest[len(mask_arrays):]
     batch, seq_q, num_heads, _ = q.shape
     result_types = (
         _result_type(q.shape, q.dtype, q),
@@ -217,13 +224,13 @@ def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout=None):
     )
     target = "jax_dash_fwd" if dropout is None else "jax_dash_fwd_dropout"
     return jax.ffi.ffi_call(target, result_types, vmap_method="sequential")(
-        q, k, v, *mask_arrays, scale, *key, is_causal=bool(is_causal), **mask.attributes(),
+        q, k, v, *mask_arrays, scale, *extra, is_causal=bool(is_causal), **mask.attributes(),
         **_dropout_attributes(dropout))
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
              f32_grads: bool = False, *, mask: StaticMask = NO_MASK, mask_arrays=None,
-             sums=None):
+             sums=None, dropout=None):
     """Raw backward: returns ``(dq, dk, dv)``; the workspace results are dropped. ``scale`` and
     ``mask_arrays`` as in ``fwd_call``.
 
@@ -235,7 +242,9 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
     with the bits of that float32 add of this call's float32 gradients, computed by the kernels in
     place: each sum is an operand aliased to its gradient (``input_output_aliases``), so no buffer
     of the gradients alone is allocated (where the sum is not used afterwards, XLA donates its
-    buffer; otherwise it copies it first)."""
+    buffer; otherwise it copies it first).
+
+    ``dropout``: None, or ``(key_words, offsets, threshold, keep_scale)`` as in ``_fwd_call``."""
     if mask_arrays is None:
         mask_arrays = default_mask_arrays(q, k)
     if sums is not None:
@@ -245,17 +254,21 @@ def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,
         sums = (jnp.zeros((0,), jnp.float32),) * 3
     operands = (q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums)
     first_sum = len(operands) - 3
+    arrays, dropout_static = _split_dropout(dropout)
     return _at_hopper_head_dim(
-        _bwd_branch, (bool(is_causal), schedule, bool(f32_grads), mask, accumulate), operands,
+        _bwd_branch, (bool(is_causal), schedule, bool(f32_grads), mask, accumulate,
+                      dropout_static), operands + arrays,
         pad={0, 1, 2, 3, 5} | ({first_sum, first_sum + 1, first_sum + 2} if accumulate else set()),
         crop={0, 1, 2})
 
 
 def _bwd_branch(static, q, k, v, out, lse, dout, scale, *rest):
-    """``_bwd_call`` with bwd_call's operand order: the mask arrays, then the three sums."""
-    is_causal, schedule, f32_grads, mask, accumulate = static
+    """``_bwd_call`` with bwd_call's operand order: the mask arrays, the three sums, then the
+    dropout arrays."""
+    is_causal, schedule, f32_grads, mask, accumulate, dropout_static = static
+    rest, dropout = _join_dropout(rest, dropout_static)
     return _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, mask,
-                     rest[:-3], rest[-3:], accumulate)
+                     rest[:-3], rest[-3:], accumulate, dropout=dropout)
 
 
 def _check_sums(sums, q, k, v, f32_grads):
@@ -281,11 +294,11 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
     """The FFI call of ``bwd_call`` at a head_dim the kernels have. ``alias_sums=False`` (tests
     only) passes the accumulate sums without aliasing them to the gradients, so that the handler
     copies them into the outputs first. ``dropout`` as in ``_fwd_call`` (the forward's)."""
-    key = () if dropout is None else (dropout[0],)
+    extra = () if dropout is None else tuple(dropout[:2])
     q, k, v, out, lse, dout, scale, *rest = _unify_varying(
-        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums, *key)
+        q, k, v, out, lse, dout, jnp.asarray(scale, jnp.float32), *mask_arrays, *sums, *extra)
     n = len(mask_arrays)
-    mask_arrays, sums, key = rest[:n], rest[n:n + 3], rest[n + 3:]
+    mask_arrays, sums, extra = rest[:n], rest[n:n + 3], rest[n + 3:]
     batch, seq_q, num_heads, head_dim = q.shape
     seq_kv, num_kv_heads = k.shape[1], k.shape[2]
     f32_size, i32_size = _ext.bwd_workspace_size(
@@ -303,7 +316,7 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
     target = "jax_dash_bwd" if dropout is None else "jax_dash_bwd_dropout"
     dq, dk, dv, _, _ = jax.ffi.ffi_call(target, result_types, vmap_method="sequential",
                                         input_output_aliases=aliases)(
-        q, k, v, out, lse, dout, *mask_arrays, scale, *sums, *key, is_causal=bool(is_causal),
+        q, k, v, out, lse, dout, *mask_arrays, scale, *sums, *extra, is_causal=bool(is_causal),
         schedule=np.int32(SCHEDULE_IDS[schedule]), f32_grads=bool(f32_grads),
         accumulate=bool(accumulate), **mask.attributes(), **_dropout_attributes(dropout))
     return dq, dk, dv
@@ -316,5 +329,22 @@ def _dropout_attributes(dropout):
     """The attributes of the *_dropout targets (none without dropout)."""
     if dropout is None:
         return {}
-    _, threshold, keep_scale = dropout
+    _, _, threshold, keep_scale = dropout
     return dict(dropout_threshold=np.int64(threshold), dropout_scale=np.float32(keep_scale))
+
+
+def _split_dropout(dropout):
+    """``(arrays, static)`` of a ``dropout`` argument: the operands ``(key_words, offsets)`` and
+    the hashable ``(threshold, keep_scale)``; ``((), None)`` without dropout."""
+    if dropout is None:
+        return (), None
+    key_words, offsets, threshold, keep_scale = dropout
+    return (key_words, offsets), (int(threshold), float(keep_scale))
+
+
+def _join_dropout(operands, dropout_static):
+    """The inverse of ``_split_dropout`` on a branch's trailing operands: ``(the operands
+    before them, dropout)``."""
+    if dropout_static is None:
+        return operands, None
+    return operands[:-2], (*operands[-2:], *dropout_static)

@@ -19,7 +19,7 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
               query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
               query_segment_ids=None, key_value_segment_ids=None, logits_soft_cap=None,
               schedule="auto", implementation=None, return_residual=False, dropout_rate=0.0,
-              dropout_rng=None, **unexpected):
+              dropout_rng=None, dropout_offsets=None, dropout_axes=None, **unexpected):
     """Scaled dot-product attention with a bitwise-reproducible backward pass.
 
     A drop-in for ``jax.nn.dot_product_attention``: the arguments it shares mean the same.
@@ -64,9 +64,28 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
         key: a pure function of the key and the coordinates, so runs and schedules give the same
         bits. 0 (the default) is exactly the op without dropout. **For now the CPU kernels only**:
         on a GPU an error says so (``NotImplementedError`` for arrays on a GPU, a runtime error
-        from the GPU's handler under ``jit``), and inside ``shard_map`` a ``NotImplementedError``.
+        from the GPU's handler under ``jit``). Under ``jit`` on sharded arrays the mask is the
+        unsharded one; inside ``shard_map`` pass ``dropout_axes`` or ``dropout_offsets`` (a
+        ``ValueError`` asks for them). Under ``vmap`` each mapped element is its own call
+        (coordinates from 0, as ``jax.random`` with an unbatched key).
       dropout_rng: the JAX PRNG key of the mask (``jax.random.key(seed)``, or a raw uint32[2]
         key), required when ``dropout_rate > 0``.
+      dropout_offsets: where this call's problem sits in a larger one, for the mask:
+        ``(batch, head, q, kv)``, the global coordinates of its element ``(0, 0, 0, 0)``, so
+        element ``(b, h, i, j)`` is kept where ``dropout_keep_mask`` of the whole problem keeps
+        ``(batch + b, head + h, q + i, kv + j)`` (``head`` counts query heads). Each a
+        non-negative int or an integer scalar array, traced or not (e.g. from
+        ``jax.lax.axis_index``), or one integer array of shape ``(4,)``; default zeros. A
+        traced offset is checked when the call runs (``< 0`` is an error there).
+      dropout_axes: inside ``shard_map``, the mesh axes this call's dimensions are sharded over,
+        from which the offsets follow (``axis_index(axis) * local size``, evenly sharded):
+        ``(batch_axis, head_axis)`` or ``(batch_axis, head_axis, q_axis, kv_axis)``, each
+        ``None`` (not sharded), a mesh axis name, or a tuple of names (sharded over several,
+        major first, as in a ``PartitionSpec``). E.g. ``in_specs=P("data", None, "model")``
+        takes ``dropout_axes=("data", "model")``. The named axes must be those the operands vary
+        over (a ``ValueError`` names one that is missing or wrong). With these the bits are the
+        unsharded call's for batch and head sharding. Give ``dropout_axes`` or
+        ``dropout_offsets``, not both.
 
     Flax's ``attention_fn`` keywords (``dropout_rng``, ``deterministic``, ``dtype``, ...) raise a
     ``TypeError`` pointing to ``jax_dash.flax.make_attention_fn``, the adapter that takes them.
@@ -142,6 +161,12 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
         schedule = _auto_schedule(query, key, bool(is_causal), window, has_segments)
     if unbatched:
         query, key, value = query[None], key[None], value[None]
+    if dropout_rate > 0:
+        # Before the operands are made to vary alike: dropout_axes is checked against the axes
+        # each one varies over.
+        offsets = dropout.block_offsets(query, key, dropout_offsets, dropout_axes)
+    else:  # unused, but a wrong argument is wrong at any rate
+        dropout.check_offset_arguments(dropout_offsets, dropout_axes)
     # Inside shard_map, operands that vary over fewer mesh axes than the others (K/V of
     # tensor-parallel MQA, the scale) are cast to varying here, outside the custom_vjp: JAX's own
     # transpose of that cast sums their cotangents over those axes (jax.nn does the same).
@@ -151,7 +176,7 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
         if dropout_rate > 0:
             out, lse = _with_dropout(query, key, value, scale, mask_arrays, dropout_rng,
                                      float(dropout_rate), threshold, bool(is_causal), static_mask,
-                                     schedule, scale_is_traced)
+                                     schedule, scale_is_traced, offsets)
         else:
             out, lse = _attention(query, key, value, scale, *mask_arrays, bool(is_causal),
                                   static_mask, schedule, scale_is_traced)
@@ -303,13 +328,8 @@ _DROPOUT_CPU_ONLY = (
 
 
 def _check_dropout_platform(query, key, value):
-    """Dropout's kernels are the CPU's: refuse a GPU, and shard_map (whose blocks would draw the
-    mask from their own coordinates, not the global ones)."""
-    if any(_ffi._varying_axes(x) for x in (query, key, value)):
-        raise NotImplementedError(
-            "dropout_rate > 0 inside shard_map is not supported yet: each block would draw its "
-            "mask from its own coordinates, not the global ones; call jax_dash.attention under "
-            "jit on sharded arrays instead (the mask is the unsharded one)")
+    """Dropout's kernels are the CPU's: refuse a GPU (shard_map's blocks get their global
+    coordinates from ``dropout.block_offsets``)."""
     # Concrete arrays on a GPU: said here. Traced ones: the GPU's FFI handler says the same when
     # the program runs (the platform is not known before lowering).
     for x in (query, key, value):
@@ -319,39 +339,42 @@ def _check_dropout_platform(query, key, value):
 
 
 def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, is_causal,
-                  static_mask, schedule, scale_is_traced):
+                  static_mask, schedule, scale_is_traced, offsets):
     _check_dropout_platform(query, key, value)
     words = dropout.dropout_key_words(rng)
     key_words = jnp.stack(words).astype(jnp.uint32)
     if not isinstance(schedule, str):  # chosen per platform: the CPU's
         schedule = dict(schedule)["cpu"]
     keep_scale = 1.0 / (1.0 - rate)
-    return _dropout_attention(query, key, value, scale, key_words, *mask_arrays, is_causal,
-                              static_mask, schedule, scale_is_traced, threshold, keep_scale)
+    return _dropout_attention(query, key, value, scale, key_words, offsets, *mask_arrays,
+                              is_causal, static_mask, schedule, scale_is_traced, threshold,
+                              keep_scale)
 
 
-# Operands: q, k, v, the 0-d scale, the uint32 [2] dropout key, the four mask arrays; static:
-# is_causal, the StaticMask, the schedule, scale_is_traced, the threshold and 1 / (1 - rate).
-@functools.partial(jax.custom_vjp, nondiff_argnums=(9, 10, 11, 12, 13, 14))
-def _dropout_attention(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments, kv_segments,
-                       is_causal, static_mask, schedule, scale_is_traced, threshold, keep_scale):
+# Operands: q, k, v, the 0-d scale, the uint32 [2] dropout key, the int32 [4] dropout offsets,
+# the four mask arrays; static: is_causal, the StaticMask, the schedule, scale_is_traced, the
+# threshold and 1 / (1 - rate).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10, 11, 12, 13, 14, 15))
+def _dropout_attention(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
+                       kv_segments, is_causal, static_mask, schedule, scale_is_traced, threshold,
+                       keep_scale):
     return _ffi._fwd_call(q, k, v, scale, is_causal, static_mask,
                           (q_lengths, kv_lengths, q_segments, kv_segments),
-                          dropout=(key_words, threshold, keep_scale))
+                          dropout=(key_words, offsets, threshold, keep_scale))
 
 
-def _dropout_attention_fwd(q, k, v, scale, key_words, q_lengths, kv_lengths, q_segments,
+def _dropout_attention_fwd(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
                            kv_segments, is_causal, static_mask, schedule, scale_is_traced,
                            threshold, keep_scale):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
     out, lse = _ffi._fwd_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
-                              dropout=(key_words, threshold, keep_scale))
-    return (out, lse), (q, k, v, scale, key_words, mask_arrays, out, lse)
+                              dropout=(key_words, offsets, threshold, keep_scale))
+    return (out, lse), (q, k, v, scale, key_words, offsets, mask_arrays, out, lse)
 
 
 def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, threshold,
                            keep_scale, residuals, cotangents):
-    q, k, v, scale, key_words, mask_arrays, out, lse = residuals
+    q, k, v, scale, key_words, offsets, mask_arrays, out, lse = residuals
     dout = cotangents[0].astype(out.dtype)
 
     empty = (jnp.zeros((0,), jnp.float32),) * 3  # no accumulate sums (the FFI has no optional
@@ -360,7 +383,7 @@ def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, th
     def backward(q, scale):
         return _ffi._bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, False,
                               static_mask, mask_arrays, empty, False,
-                              dropout=(key_words, threshold, keep_scale))
+                              dropout=(key_words, offsets, threshold, keep_scale))
 
     dq, dk, dv = backward(q, scale)
     if scale_is_traced:  # dL/dscale = <Q, dQ> / scale; at scale 0, <Q, dQ'> of Q' = 0, scale 1
@@ -370,7 +393,7 @@ def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, th
         ).astype(scale.dtype)
     else:
         dscale = jnp.zeros_like(scale)
-    return (dq, dk, dv, dscale, None) + (None,) * len(mask_arrays)
+    return (dq, dk, dv, dscale, None, None) + (None,) * len(mask_arrays)
 
 
 _dropout_attention.defvjp(_dropout_attention_fwd, _dropout_attention_bwd)

@@ -5,6 +5,10 @@ attention probabilities is kept depends only on the key and the element's global
 does not depend on tiles, schedules, sharding over batch or heads, or where a ring's block sits
 (the offsets). ``jax_dash.attention(..., dropout_rate, dropout_rng)`` applies it on the CPU
 kernels; the Hopper kernels do not yet (issue 33).
+
+A call that computes a block of a larger problem (inside ``shard_map``, a ring's block pair) draws
+that problem's mask at its global coordinates: ``block_offsets`` turns ``jax_dash.attention``'s
+``dropout_offsets`` / ``dropout_axes`` into the kernels' int32 ``[4]`` offsets operand.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax_dash import _ffi
 
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)
@@ -127,3 +133,173 @@ def dropout_keep_mask(rng, rate, shape, *, batch_offset=0, head_offset=0, q_offs
     word = jnp.select([index == w for w in range(4)], list(words))
     draw = jnp.where(jnp.broadcast_to(j % 2 == 1, word.shape), word >> 16, word & 0xFFFF)
     return draw >= jnp.uint32(threshold)
+
+
+# ---- the global coordinates of a call's block (shard_map, the ring) --------------------------
+
+OFFSET_NAMES = ("batch", "head", "q", "kv")
+_MAX_OFFSET = 2 ** 31 - 1  # the kernels' operand is int32
+_OFFSETS_ALLOWED = ("a tuple (batch, head, q, kv) of non-negative ints or integer scalar arrays "
+                    "(traced values work, e.g. from jax.lax.axis_index), or an integer array of "
+                    "shape (4,)")
+
+
+def _is_traced(x):
+    return isinstance(x, jax.core.Tracer)
+
+
+def _offset_entry(value, index):
+    """One entry of ``dropout_offsets`` as an int32 scalar (TypeError / ValueError naming it)."""
+    label = f"dropout_offsets[{index}] (the {OFFSET_NAMES[index]} offset)"
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{label} must be an int, got {value!r}; dropout_offsets must be "
+                        f"{_OFFSETS_ALLOWED}")
+    if isinstance(value, (int, np.integer)):
+        if not 0 <= value <= _MAX_OFFSET:
+            raise ValueError(f"{label} must be in [0, 2^31), got {value}")
+        return jnp.int32(value)
+    if isinstance(value, (jax.Array, np.ndarray)):
+        if value.shape != () or not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(f"{label} must be an int or an integer scalar array, got an array of "
+                            f"shape {value.shape} and dtype {value.dtype}")
+        if not _is_traced(value) and not 0 <= int(value) <= _MAX_OFFSET:
+            raise ValueError(f"{label} must be in [0, 2^31), got {int(value)}")
+        return jnp.asarray(value).astype(jnp.int32)
+    raise TypeError(f"{label} must be an int or an integer scalar array, got {value!r} "
+                    f"(type {type(value).__name__})")
+
+
+def check_offsets(offsets):
+    """``dropout_offsets`` as an int32 ``[4]`` array (batch, head, q, kv), checked: a TypeError
+    or ValueError naming the entry that is wrong. Traced values are checked by the kernels when
+    the call runs (an offset < 0 is an error there)."""
+    if isinstance(offsets, (jax.Array, np.ndarray)):
+        if offsets.shape != (4,) or not jnp.issubdtype(offsets.dtype, jnp.integer):
+            raise TypeError(f"dropout_offsets must be {_OFFSETS_ALLOWED}; got an array of shape "
+                            f"{offsets.shape} and dtype {offsets.dtype}")
+        if not _is_traced(offsets):
+            for index, value in enumerate(np.asarray(offsets).tolist()):
+                if not 0 <= value <= _MAX_OFFSET:
+                    raise ValueError(f"dropout_offsets[{index}] (the {OFFSET_NAMES[index]} "
+                                     f"offset) must be in [0, 2^31), got {value}")
+        return jnp.asarray(offsets).astype(jnp.int32)
+    if not isinstance(offsets, (tuple, list)) or len(offsets) != 4:
+        got = (f"a {type(offsets).__name__} of {len(offsets)}"
+               if isinstance(offsets, (tuple, list)) else repr(offsets))
+        raise TypeError(f"dropout_offsets must be {_OFFSETS_ALLOWED}; got {got}")
+    return jnp.stack([_offset_entry(value, index) for index, value in enumerate(offsets)])
+
+
+def check_axes(axes, *, ring=False):
+    """``dropout_axes`` as 4 entries (batch, head, q, kv), each None or a tuple of mesh axis
+    names. ``ring_attention`` takes ``(batch_axis, head_axis)`` only (its ring gives the
+    sequence's)."""
+    lengths = (2,) if ring else (2, 4)
+    allowed = ("(batch_axis, head_axis)" if ring else
+               "(batch_axis, head_axis) or (batch_axis, head_axis, q_axis, kv_axis)")
+    if not isinstance(axes, (tuple, list)) or len(axes) not in lengths:
+        got = (f"a {type(axes).__name__} of {len(axes)}" if isinstance(axes, (tuple, list))
+               else repr(axes))
+        hint = (" (ring_attention derives the sequence's offsets from axis_name)"
+                if ring and isinstance(axes, (tuple, list)) and len(axes) == 4 else "")
+        raise TypeError(f"dropout_axes must be {allowed}, each None, a mesh axis name or a tuple "
+                        f"of names; got {got}{hint}")
+    entries = []
+    for index, entry in enumerate(axes):
+        names = (entry,) if isinstance(entry, str) else entry
+        if entry is not None and (not isinstance(names, (tuple, list)) or not names
+                                  or not all(isinstance(n, str) for n in names)):
+            raise TypeError(f"dropout_axes[{index}] (the {OFFSET_NAMES[index]} axis) must be None, "
+                            f"a mesh axis name or a non-empty tuple of names, got {entry!r}")
+        entries.append(None if entry is None else tuple(names))
+    entries += [None] * (4 - len(entries))
+    for operand, dims in (("query", (0, 1, 2)), ("key", (0, 1, 3))):
+        named = [n for d in dims if entries[d] for n in entries[d]]
+        repeated = sorted({n for n in named if named.count(n) > 1})
+        if repeated:
+            raise ValueError(f"dropout_axes={tuple(axes)!r} names mesh axis {repeated[0]!r} for "
+                             f"two dimensions of the {operand}: a mesh axis shards one dimension")
+    return tuple(entries)
+
+
+def check_offset_arguments(offsets, axes, *, ring=False):
+    """The form of ``dropout_offsets`` and ``dropout_axes`` (at most one of them), without binding
+    any axis: for calls that do not draw a mask (``dropout_rate`` 0)."""
+    if offsets is not None and axes is not None:
+        raise ValueError("pass dropout_offsets or dropout_axes, not both: dropout_axes derives the "
+                         "offsets from the mesh axes the dimensions are sharded over, "
+                         "dropout_offsets gives them outright")
+    if offsets is not None:
+        check_offsets(offsets)
+    if axes is not None:
+        check_axes(axes, ring=ring)
+
+
+def _axis_start(names, local_size, dim):
+    """This block's first coordinate along a dimension sharded evenly over mesh axes ``names``."""
+    try:
+        index = jax.lax.axis_index(names if len(names) > 1 else names[0])
+    except NameError as exc:
+        raise ValueError(
+            f"dropout_axes names mesh axis {names if len(names) > 1 else names[0]!r} for the "
+            f"{dim}, which is not bound here: dropout_axes is for calls inside shard_map over a "
+            "mesh with that axis (outside it, pass dropout_offsets, or nothing)") from exc
+    return index.astype(jnp.int32) * jnp.int32(local_size)
+
+
+def block_offsets(query, key, offsets, axes, *, ring_axes=()):
+    """The int32 ``[4]`` dropout offsets (batch, head, q, kv) of a call on 4-D ``query`` /
+    ``key`` blocks, from ``dropout_offsets`` (``offsets``) or ``dropout_axes`` (``axes``: a
+    sharded dimension's offset is ``axis_index(axis) * local size``), zeros with neither; for
+    ``ring_attention`` (``ring_axes``: its sequence axes, whose offsets the ring adds itself).
+
+    Inside ``shard_map`` (the operands vary over mesh axes other than ``ring_axes``) one of the
+    two is required: without it every block would draw the mask of the block at the origin. With
+    ``dropout_axes`` the axes it names must be those the operands vary over (where JAX tracks
+    that): an axis named for the query's batch, heads or sequence must be one the query varies
+    over, one named for the key's sequence one the key varies over, and no axis the operands vary
+    over may be left out."""
+    check_offset_arguments(offsets, axes, ring=bool(ring_axes))
+    q_axes, kv_axes = _ffi._varying_axes(query), _ffi._varying_axes(key)
+    varying = (q_axes | kv_axes) - set(ring_axes)
+    if offsets is not None:
+        return check_offsets(offsets)
+    if axes is None:
+        if varying:
+            raise ValueError(
+                f"dropout_rate > 0 inside shard_map needs the global coordinates of this block: "
+                f"the operands vary over mesh axes {tuple(sorted(varying))}, so each block would "
+                "otherwise draw its mask from its own coordinates, not the global ones. Pass "
+                "dropout_axes=(batch_axis, head_axis) naming the mesh axes the batch and heads are "
+                "sharded over (None for an unsharded one), or dropout_offsets=(batch, head, q, "
+                "kv); or call jax_dash.attention under jit on sharded arrays (the mask is then "
+                "the unsharded one)")
+        return jnp.zeros((4,), jnp.int32)
+    entries = check_axes(axes, ring=bool(ring_axes))
+    for names in entries:
+        for name in names or ():
+            if name in ring_axes:
+                raise ValueError(f"dropout_axes={axes!r} names the ring's axis {name!r}: the ring "
+                                 "gives the sequence its offsets itself; name the axes the batch "
+                                 "and heads are sharded over")
+    if varying:  # JAX tracks which axes the operands vary over: they must match the names
+        for index, names in enumerate(entries):
+            if names is None:
+                continue
+            operand, operand_axes = ("key", kv_axes) if index == 3 else ("query", q_axes)
+            for name in names:
+                if name not in operand_axes:
+                    raise ValueError(
+                        f"dropout_axes names mesh axis {name!r} for the {OFFSET_NAMES[index]}, "
+                        f"but the {operand} does not vary over it (its {OFFSET_NAMES[index]} is "
+                        f"not sharded over {name!r}); name the axes of the in_specs")
+        named = {n for names in entries if names for n in names}
+        unnamed = sorted(varying - named)
+        if unnamed:
+            raise ValueError(
+                f"the operands vary over mesh axis {unnamed[0]!r}, which dropout_axes={axes!r} "
+                "does not name: blocks along it would draw the same mask. Name the axis their "
+                "batch or heads are sharded over, or pass dropout_offsets")
+    sizes = (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
+    return jnp.stack([jnp.int32(0) if names is None else _axis_start(names, size, dim)
+                      for names, size, dim in zip(entries, sizes, OFFSET_NAMES)])

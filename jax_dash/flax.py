@@ -19,7 +19,8 @@ error instead of being dropped:
   kernels only for now), which draws one mask per batch row and head: Flax's default
   ``broadcast_dropout=True`` (one mask shared by all batch rows and heads) raises a ``ValueError``
   asking for ``broadcast_dropout=False``. In evaluation mode (``deterministic=True``) dropout is
-  off.
+  off. Inside ``shard_map``, ``make_attention_fn(dropout_axes=(batch_axis, head_axis))`` gives the
+  blocks their global coordinates (``jax_dash.attention``'s ``dropout_axes``).
 * ``mask``: masks are usually traced arrays under ``jit``, whose values are unknown while tracing.
   The rule is therefore:
 
@@ -163,6 +164,7 @@ def make_attention_fn(
     check_mask: bool = True,
     local_window_size: int | tuple[int, int] | None = None,
     logits_soft_cap: float | None = None,
+    dropout_axes: tuple | None = None,
 ) -> Callable[..., jax.Array]:
     """Builds a Flax ``attention_fn`` that runs ``jax_dash.attention``.
 
@@ -179,6 +181,9 @@ def make_attention_fn(
         right)``); a mask passed anyway must then be the pattern cut to this window.
       logits_soft_cap: ``c > 0``: logits ``c * tanh(scale * q.k / c)``, as in
         ``jax_dash.attention``.
+      dropout_axes: for dropout inside ``shard_map``: the mesh axes the batch and heads are
+        sharded over, ``(batch_axis, head_axis)``, as in ``jax_dash.attention`` (there Flax's
+        batch dimensions count as one, the first major).
 
     Returns:
       A function with the signature of ``flax.nnx.dot_product_attention`` (a superset of
@@ -193,6 +198,8 @@ def make_attention_fn(
         raise TypeError(f"check_mask={check_mask!r} must be True or False")
     window = _check_window(local_window_size)  # jax_dash.attention's rules and messages
     soft_cap = _check_soft_cap(logits_soft_cap)
+    if dropout_axes is not None:
+        jax_dash.dropout.check_axes(dropout_axes)  # jax_dash.attention's rules and messages
     declared_causal = is_causal
 
     def jax_dash_attention_fn(
@@ -307,7 +314,8 @@ def make_attention_fn(
                                  local_window_size=window, logits_soft_cap=soft_cap,
                                  schedule=schedule,
                                  dropout_rate=dropout_rate if apply_dropout else 0.0,
-                                 dropout_rng=dropout_rng if apply_dropout else None)
+                                 dropout_rng=dropout_rng if apply_dropout else None,
+                                 dropout_axes=dropout_axes if apply_dropout else None)
         return out.reshape(batch_dims + out.shape[-3:])
 
     return jax_dash_attention_fn

@@ -26,6 +26,11 @@ computes P blocks and device 0 one. ``layout="zigzag"`` balances this: the seque
 chunks and device ``i`` holds chunks ``i`` and ``2P-1-i`` (``zigzag`` / ``unzigzag`` reorder a
 global array into and out of that placement); every step after the first is then half a block pair
 of full-mask work on every device.
+
+Dropout (``dropout_rate``/``dropout_rng``) gives every kernel call the global coordinates of its
+first query and key (``_DeviceDropout``), so the ring applies ``jax_dash.attention``'s mask of the
+global problem. Under zigzag a call's rows or columns must then lie in one chunk: a block pair
+runs chunk pair by chunk pair (``_zigzag_pairs``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_dash import _ffi
+from jax_dash import _ffi, dropout
 from jax_dash._args import (SCHEDULES, _as_array, _auto_schedule, _check_dtypes, _check_scale,
                             _check_shapes)
 
@@ -45,7 +50,8 @@ LAYOUTS = ("contiguous", "zigzag")
 
 
 def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None, schedule="auto",
-                   layout="contiguous", head_groups="auto"):
+                   layout="contiguous", head_groups="auto", dropout_rate=0.0, dropout_rng=None,
+                   dropout_axes=None, dropout_offsets=None):
     """``jax_dash.attention`` of a sequence sharded over the mesh axis ``axis_name``, for use
     inside ``shard_map``; gradients are bitwise reproducible.
 
@@ -59,38 +65,67 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
       schedule: the backward schedule of every block pair (``jax_dash.SCHEDULES``); ``"auto"``
         picks what ``jax_dash.attention`` picks for the global (unsharded) problem.
       layout: ``"contiguous"`` (device ``i`` holds tokens ``[i*L, (i+1)*L)``) or ``"zigzag"``
-        (device ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``; see ``zigzag``). Only the causal
-        mask depends on it.
+        (device ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``; see ``zigzag``). The causal
+        mask and the dropout mask's coordinates depend on it.
       head_groups: the heads run in this many groups, one group's ring after the other, so that
         one group's float32 state is alive at a time (less memory, a few percent more time; the
         same bits for every value). ``"auto"`` (``jax_dash.ring.head_groups``): enough groups to
         bring the ring's float32 state under 1.5 float32 copies of the query block, only for
         blocks of >= 2^18 query rows (batch x tokens x heads); 1 runs all heads at once (the
         fastest, the most memory). Must divide the key/value heads.
+      dropout_rate, dropout_rng: attention dropout as in ``jax_dash.attention``: the mask is the
+        one ``jax_dash.attention`` applies to the global (unsharded) problem with the same key
+        and rate (``jax_dash.dropout_keep_mask`` at global positions: each block pair's kernels
+        get its global query and key offsets, per zigzag chunk). CPU kernels only, for now. With
+        ``layout="zigzag"`` every block pair is computed chunk pair by chunk pair (so the
+        per-device sequence must be even), which changes the bits against ``zigzag`` without
+        dropout (not the mask).
+      dropout_axes: ``(batch_axis, head_axis)``: the mesh axes (besides ``axis_name``) the batch
+        and heads are sharded over, None for an unsharded one, as in ``jax_dash.attention``;
+        needed where the blocks vary over such axes.
+      dropout_offsets: ``(batch, head, q, kv)``: the global coordinates of the ring's problem's
+        element ``(0, 0, 0, 0)`` (the ring adds each block's sequence offsets); instead of
+        ``dropout_axes``.
 
     Returns:
       This device's block of the output, shaped and typed like ``query``.
     """
     return _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout,
-                           _ACCUMULATE, head_groups)
+                           _ACCUMULATE, head_groups, dropout_rate, dropout_rng, dropout_axes,
+                           dropout_offsets)
 
 
 def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, layout, accumulate,
-                    groups):
+                    groups, dropout_rate=0.0, dropout_rng=None, dropout_axes=None,
+                    dropout_offsets=None):
     query, key, value = (_as_array(x, name) for x, name in
                          ((query, "query"), (key, "key"), (value, "value")))
     _check_shapes(query, key, value)
     _check_dtypes(query, key, value)
     scale = _check_scale(scale, query.shape[-1], allowed=_SCALE_ALLOWED)
     _check_options(is_causal, schedule, layout)
+    threshold = dropout.dropout_threshold(dropout_rate)  # checks the rate
     axis_name = _check_axis_name(axis_name)
     axis_size = _bound_axis_size(axis_name)
-    _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout)
+    _check_blocks(query.shape[-3], key.shape[-3], bool(is_causal), layout, dropout_rate > 0)
     groups = _check_head_groups(groups, key.shape[-2])
 
     unbatched = query.ndim == 3
     if unbatched:
         query, key, value = query[None], key[None], value[None]
+    ring_axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    if dropout_rate > 0:
+        if not accumulate:
+            raise ValueError("the ring applies dropout with the accumulating backward only "
+                             "(jax_dash.ring._ACCUMULATE = True)")
+        offsets = dropout.block_offsets(query, key, dropout_offsets, dropout_axes,
+                                        ring_axes=ring_axes)
+        key_words = jnp.stack(dropout.dropout_key_words(dropout_rng)).astype(jnp.uint32)
+        drop = (key_words, offsets)
+        drop_static = (threshold, 1.0 / (1.0 - float(dropout_rate)))
+    else:  # unused, but a wrong argument is wrong at any rate
+        dropout.check_offset_arguments(dropout_offsets, dropout_axes, ring=True)
+        drop, drop_static = (), None
     if schedule == "auto":
         # Chosen from the global problem, as jit(attention) on sharded inputs chooses it, so the
         # two paths to the ring give the same bits.
@@ -99,8 +134,8 @@ def _ring_attention(query, key, value, axis_name, is_causal, scale, schedule, la
             jax.ShapeDtypeStruct(_global_shape(query.shape, axis_size), query.dtype),
             jax.ShapeDtypeStruct(_global_shape(key.shape, axis_size), key.dtype), bool(is_causal))
     config = RingConfig(axis_name, axis_size, bool(is_causal), schedule, layout, accumulate,
-                        groups)
-    out = _ring(query, key, value, float(scale), config)
+                        groups, drop_static)
+    out = _ring(query, key, value, drop, float(scale), config)
     return out[0] if unbatched else out
 
 
@@ -149,6 +184,9 @@ class RingConfig:
     layout: str
     accumulate: bool = True  # the backward adds into the sums in place (_ACCUMULATE)
     head_groups: int | None = None  # None: head_groups() of the blocks; else _HEAD_GROUPS
+    # Attention dropout: None, or (threshold, 1 / (1 - rate)); the key and the offsets of the
+    # ring's problem are arrays, passed beside the config (``drop``).
+    dropout: tuple[int, float] | None = None
 
     @classmethod
     def contiguous(cls, axis_name, axis_size: int, is_causal: bool, schedule) -> "RingConfig":
@@ -184,7 +222,7 @@ def _bound_axis_size(axis_name) -> int:
         ) from exc
 
 
-def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
+def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str, has_dropout=False):
     """The ring's constraints on one device's blocks (ValueError naming the argument)."""
     if is_causal and seq_q != seq_kv:
         raise ValueError(
@@ -196,6 +234,12 @@ def _check_blocks(seq_q: int, seq_kv: int, is_causal: bool, layout: str):
             f"layout='zigzag' puts two equal chunks on each device, so the per-device sequence "
             f"must be even, got query with {seq_q} tokens per device (the global sequence must be "
             "a multiple of 2 * axis_size)")
+    if layout == "zigzag" and has_dropout and (seq_q % 2 or seq_kv % 2):
+        raise ValueError(
+            f"layout='zigzag' with dropout draws the mask chunk by chunk (each device holds two "
+            f"chunks), so the per-device sequences must be even, got query with {seq_q} and key "
+            f"with {seq_kv} tokens per device (the global sequences must be multiples of "
+            "2 * axis_size)")
 
 
 # ---- head groups ------------------------------------------------------------------------------
@@ -252,10 +296,11 @@ _HEAD_AXIS = {"q": 2, "kv": 2, "lse": 1}  # query heads of out/dout too; lse is 
 
 
 def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
-    """``fn`` run on ``groups`` groups of heads one after another: ``fn(*parts)`` gets group g's
-    part of every array of ``args`` (whose head axes ``kinds`` names: "q", "kv" or "lse") and
-    returns its part of every result (``results``: ShapeDtypeStructs of the whole results, head
-    axes named by ``result_kinds``), written in place into the whole results.
+    """``fn`` run on ``groups`` groups of heads one after another: ``fn(g, *parts)`` gets group
+    g's index (traced in the loop) and its part of every array of ``args`` (whose head axes
+    ``kinds`` names: "q", "kv" or "lse") and returns its part of every result (``results``:
+    ShapeDtypeStructs of the whole results, head axes named by ``result_kinds``), written in place
+    into the whole results.
 
     A while loop, except in ``simulate``: there the ring's axis is a ``vmap`` axis, which JAX
     (0.10) does not bind inside a loop traced in a custom_vjp's forward under ``vjp``; the groups
@@ -267,7 +312,7 @@ def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
         return jax.lax.dynamic_slice_in_dim(x, group * size, size, axis)
 
     def body(group, whole):
-        parts = fn(*(part(x, kind, group) for x, kind in zip(args, kinds)))
+        parts = fn(group, *(part(x, kind, group) for x, kind in zip(args, kinds)))
         return tuple(
             jax.lax.dynamic_update_slice_in_dim(w, p, group * p.shape[_HEAD_AXIS[kind]],
                                                 _HEAD_AXIS[kind])
@@ -289,19 +334,22 @@ def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
 
 # ``scale`` is a Python float here (ring_attention's); the jit path's partitioning rule calls
 # ring_forward/ring_backward with the op's 0-d scale operand instead.
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _ring(q, k, v, scale, config):
-    return ring_forward(q, k, v, scale, config)[0]
+# ``drop``: () without dropout, else (the uint32 [2] key, the int32 [4] offsets of the ring's
+# problem), which have no cotangent.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _ring(q, k, v, drop, scale, config):
+    return ring_forward(q, k, v, scale, config, drop)[0]
 
 
-def _ring_fwd(q, k, v, scale, config):
-    out, lse = ring_forward(q, k, v, scale, config)
-    return out, (q, k, v, out, lse)
+def _ring_fwd(q, k, v, drop, scale, config):
+    out, lse = ring_forward(q, k, v, scale, config, drop)
+    return out, (q, k, v, drop, out, lse)
 
 
 def _ring_bwd(scale, config, residuals, dout):
-    q, k, v, out, lse = residuals
-    return ring_backward(q, k, v, out, lse, dout.astype(out.dtype), scale, config)
+    q, k, v, drop, out, lse = residuals
+    grads = ring_backward(q, k, v, out, lse, dout.astype(out.dtype), scale, config, drop)
+    return (*grads, jax.tree_util.tree_map(lambda _: None, drop))
 
 
 _ring.defvjp(_ring_fwd, _ring_bwd)
@@ -322,32 +370,157 @@ def _send(config, *arrays):
     return tuple(jax.lax.ppermute(x, config.axis_name, perm) for x in arrays)
 
 
-def _block_forward(config, scale, q, k, v, is_causal):
-    out, lse = _ffi.fwd_call(q, k, v, scale, is_causal)
+def _block_forward(config, scale, q, k, v, is_causal, dropout=None):
+    """One block pair's float32 output and its lse; ``dropout``: None, or the ``dropout``
+    argument of ``_ffi.fwd_call`` (``_DeviceDropout.at``)."""
+    out, lse = _ffi.fwd_call(q, k, v, scale, is_causal, dropout=dropout)
     return out.astype(jnp.float32), lse
 
 
-def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal, sums=None):
+def _block_backward(config, scale, q, k, v, out, lse, dout, is_causal, sums=None, dropout=None):
     """One block pair's float32 (dq, dk, dv) contributions, given the global out and lse; with
     ``sums`` (float32, shaped like q, k, v) the sums plus them, added by the kernels in place. A
-    per-platform schedule choice runs the branch of the platform the computation lowers for."""
+    per-platform schedule choice runs the branch of the platform the computation lowers for.
+    ``dropout`` as in ``_block_forward``."""
     schedule = _schedule_for(config, q, k, is_causal)
-    args = (q, k, v, out, lse, dout, scale) + (tuple(sums) if sums is not None else ())
+    arrays, dropout_static = _ffi._split_dropout(dropout)
+    args = (q, k, v, out, lse, dout, scale) + (tuple(sums) if sums is not None else ()) + arrays
     if isinstance(schedule, str):
-        return _block_backward_call(is_causal, schedule)(*args)
-    branches = {platform: _block_backward_call(is_causal, name) for platform, name in schedule}
+        return _block_backward_call(is_causal, schedule, dropout_static)(*args)
+    branches = {platform: _block_backward_call(is_causal, name, dropout_static)
+                for platform, name in schedule}
     return jax.lax.platform_dependent(*args, **branches)
 
 
-@functools.lru_cache(maxsize=64)  # keyed by (is_causal, schedule name)
-def _block_backward_call(is_causal, schedule):
-    """``_ffi.bwd_call`` of a block pair as a function of its operands (the sums last, if any);
-    one function per key, so that ``platform_dependent`` sees the same branches every call."""
+@functools.lru_cache(maxsize=64)  # keyed by (is_causal, schedule name, dropout's static part)
+def _block_backward_call(is_causal, schedule, dropout_static=None):
+    """``_ffi.bwd_call`` of a block pair as a function of its operands (the sums, then the
+    dropout arrays, last, if any); one function per key, so that ``platform_dependent`` sees the
+    same branches every call."""
     def call(*args):
+        args, dropout = _ffi._join_dropout(args, dropout_static)
         return _ffi.bwd_call(*args[:7], is_causal, schedule, f32_grads=True,
-                             sums=args[7:] or None)
+                             sums=args[7:] or None, dropout=dropout)
 
     return call
+
+
+# ---- dropout: the global positions of a device's blocks ---------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _DeviceDropout:
+    """One device's view of the ring's dropout: the ``dropout`` argument of each block pair's
+    kernel calls, whose offsets are the global coordinates of the pair's first query and key
+    (the mask of ``jax_dash.attention`` on the global problem)."""
+    config: RingConfig
+    key_words: jax.Array  # uint32 [2]
+    offsets: jax.Array    # int32 [4]: the ring's problem's origin, the head group's included
+    device: jax.Array | int
+    q_len: int            # this device's query block (tokens)
+    kv_len: int
+
+    def q_start(self, chunk=None):
+        """The global position of this device's first query (``chunk``: of a zigzag chunk)."""
+        return _global_start(self.config, self.device, self.q_len, chunk)
+
+    def kv_start(self, source, chunk=None):
+        """The same for the key block that started on device ``source``."""
+        return _global_start(self.config, source, self.kv_len, chunk)
+
+    def at(self, q_start, kv_start):
+        shift = jnp.stack([jnp.int32(0), jnp.int32(0), jnp.asarray(q_start, jnp.int32),
+                           jnp.asarray(kv_start, jnp.int32)])
+        return (self.key_words, self.offsets + shift, *self.config.dropout)
+
+
+def _global_start(config, owner, block_len, chunk):
+    """The global position of the first token of device ``owner``'s block (contiguous), or of its
+    zigzag chunk ``chunk`` (0: chunk ``owner``, 1: chunk ``2P-1-owner``, each half a block)."""
+    if chunk is None:
+        return owner * block_len
+    half = block_len // 2
+    return owner * half if chunk == 0 else (2 * config.axis_size - 1 - owner) * half
+
+
+def _device_dropout(config, drop, head_start, q, k):
+    """The ``_DeviceDropout`` of this device's (head group's) blocks, or None without dropout."""
+    if not drop:
+        return None
+    key_words, offsets = drop
+    device = jax.lax.axis_index(config.axis_name) if config.axis_size > 1 else 0
+    offsets = offsets + jnp.stack([jnp.int32(0), jnp.asarray(head_start, jnp.int32),
+                                   jnp.int32(0), jnp.int32(0)])
+    return _DeviceDropout(config, key_words, offsets, device, q.shape[1], k.shape[1])
+
+
+# Under zigzag with dropout a block pair is computed chunk pair by chunk pair: the kernels draw the
+# mask at a call's global offsets, and a device's two chunks are not adjacent. (query chunk, key
+# chunk, causal) of the pairs that exist, in the order they are computed and summed.
+def _zigzag_pairs(is_causal, step, earlier=None):
+    if not is_causal:
+        return ((0, 0, False), (0, 1, False), (1, 0, False), (1, 1, False))
+    if step == 0:  # the diagonal: our second chunk sees all of our first
+        return ((0, 0, True), (1, 0, False), (1, 1, True))
+    # An earlier device's first chunk is before both of ours, its second after both; a later
+    # device's chunks are both after our first chunk and before our second.
+    return ((0, 0, False), (1, 0, False)) if earlier else ((1, 0, False), (1, 1, False))
+
+
+def _chunk(x, chunk, axis=1):
+    """Zigzag chunk 0 or 1 (the first or second half) of x along the sequence axis."""
+    half = x.shape[axis] // 2
+    return jax.lax.slice_in_dim(x, chunk * half, (chunk + 1) * half, axis=axis)
+
+
+def _zigzag_dropout_forward(config, scale, drop, step, q, kb, vb, state):
+    """The forward state (float32 out, lse) after the zigzag block pair of ``step`` with dropout,
+    merged chunk pair by chunk pair (``state`` None at step 0)."""
+    source = (drop.device - step) % config.axis_size
+
+    def visit(pairs, state):
+        parts = [None, None] if state is None else [
+            (_chunk(state[0], c), _chunk(state[1], c, axis=2)) for c in (0, 1)]
+        for qc, kc, causal in pairs:
+            block = _block_forward(config, scale, _chunk(q, qc), _chunk(kb, kc), _chunk(vb, kc),
+                                   causal, drop.at(drop.q_start(qc), drop.kv_start(source, kc)))
+            parts[qc] = block if parts[qc] is None else merge(*parts[qc], *block)
+        return (jnp.concatenate([parts[0][0], parts[1][0]], axis=1),
+                jnp.concatenate([parts[0][1], parts[1][1]], axis=2))
+
+    if step == 0 or not config.is_causal:
+        return visit(_zigzag_pairs(config.is_causal, step), state)
+    return jax.lax.cond(source < drop.device,
+                        lambda *s: visit(_zigzag_pairs(True, step, earlier=True), s),
+                        lambda *s: visit(_zigzag_pairs(True, step, earlier=False), s), *state)
+
+
+def _zigzag_dropout_sums(config, scale, drop, step, q, kb, vb, out, lse, dout, sums):
+    """The float32 sums (dq, dk, dv) after the zigzag block pair of ``step`` with dropout is
+    added to them, chunk pair by chunk pair, by the kernels in place (each chunk of a sum cut,
+    added into and written back)."""
+    source = (drop.device - step) % config.axis_size
+
+    def visit(pairs, dq, dk, dv):
+        for qc, kc, causal in pairs:
+            dq_c, dk_c, dv_c = _block_backward(
+                config, scale, _chunk(q, qc), _chunk(kb, kc), _chunk(vb, kc), _chunk(out, qc),
+                _chunk(lse, qc, axis=2), _chunk(dout, qc), causal,
+                (_chunk(dq, qc), _chunk(dk, kc), _chunk(dv, kc)),
+                drop.at(drop.q_start(qc), drop.kv_start(source, kc)))
+            dq = _set_seq(dq, dq_c, qc * (q.shape[1] // 2))
+            dk = _set_seq(dk, dk_c, kc * (kb.shape[1] // 2))
+            dv = _set_seq(dv, dv_c, kc * (kb.shape[1] // 2))
+        return dq, dk, dv
+
+    if step == 0 or not config.is_causal:
+        return visit(_zigzag_pairs(config.is_causal, step), *sums)
+    # As in _step_sums: each conditional updates the sums in place in its true branch only.
+    is_earlier = source < drop.device
+    sums = jax.lax.cond(is_earlier, lambda *s: visit(_zigzag_pairs(True, step, True), *s),
+                        lambda *s: s, *sums)
+    return jax.lax.cond(jnp.logical_not(is_earlier),
+                        lambda *s: visit(_zigzag_pairs(True, step, False), *s),
+                        lambda *s: s, *sums)
 
 
 def merge(out_acc, lse_acc, out_block, lse_block):
@@ -387,35 +560,49 @@ def _ring_loop(config, k, v, compute, combine=None):
     return state
 
 
-def ring_forward(q, k, v, scale, config):
+def ring_forward(q, k, v, scale, config, drop=()):
     """This device's ``(out, lse)`` (out in q's dtype, lse float32 over the global keys);
-    ``scale`` a number or a 0-d float32 array. The heads run in ``head_groups`` groups."""
+    ``scale`` a number or a 0-d float32 array; ``drop`` the dropout arrays (``_ring``). The
+    heads run in ``head_groups`` groups."""
     groups = _groups_for(config, q.shape, k.shape)
     if groups == 1:
-        return _forward(q, k, v, scale, config)
+        return _forward(q, k, v, scale, config, drop, 0)
     batch, seq, heads, _ = q.shape
     results = (jax.ShapeDtypeStruct(q.shape, q.dtype),
                jax.ShapeDtypeStruct((batch, heads, seq), jnp.float32))
-    return _in_head_groups(config, groups, lambda q, k, v: _forward(q, k, v, scale, config),
-                           (q, k, v), ("q", "kv", "kv"), results, ("q", "lse"))
+
+    def forward(group, q, k, v):
+        return _forward(q, k, v, scale, config, drop, group * (heads // groups))
+
+    return _in_head_groups(config, groups, forward, (q, k, v), ("q", "kv", "kv"), results,
+                           ("q", "lse"))
 
 
-def _forward(q, k, v, scale, config):
-    """``ring_forward`` of all heads of q, k, v at once."""
+def _forward(q, k, v, scale, config, drop, head_start):
+    """``ring_forward`` of all heads of q, k, v at once (the first of them global head
+    ``head_start`` of the ring's problem, for the dropout mask)."""
     n = config.axis_size
     causal = config.is_causal
+    drop = _device_dropout(config, drop, head_start, q, k)
     device = jax.lax.axis_index(config.axis_name) if causal and n > 1 else None
     half = q.shape[1] // 2
 
+    def at(step):  # the dropout of the contiguous block pair of step
+        if drop is None:
+            return None
+        return drop.at(drop.q_start(), drop.kv_start((drop.device - step) % n))
+
     def body(step, kb, vb, state):
+        if drop is not None and config.layout == "zigzag":
+            return _zigzag_dropout_forward(config, scale, drop, step, q, kb, vb, state)
         out, lse = state or (None, None)
         if step == 0:  # the device's own (diagonal) block
-            return _block_forward(config, scale, q, kb, vb, causal)
+            return _block_forward(config, scale, q, kb, vb, causal, at(step))
         if not causal:
-            out, lse = merge(out, lse, *_block_forward(config, scale, q, kb, vb, False))
+            out, lse = merge(out, lse, *_block_forward(config, scale, q, kb, vb, False, at(step)))
         elif config.layout == "contiguous":
-            def visible(out, lse, kb=kb, vb=vb):
-                return merge(out, lse, *_block_forward(config, scale, q, kb, vb, False))
+            def visible(out, lse, kb=kb, vb=vb, dropout=at(step)):
+                return merge(out, lse, *_block_forward(config, scale, q, kb, vb, False, dropout))
 
             # The block came from device - step: visible iff that is not after this device.
             out, lse = jax.lax.cond(step <= device, visible, lambda o, s: (o, s), out, lse)
@@ -474,17 +661,20 @@ def _step_contributions(config, scale, step, device, q, kb, vb, out, lse, dout):
     return _cond((device - step) % n < device, earlier, later)
 
 
-def _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout, sums):
+def _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout, sums, dropout=None):
     """The float32 sums (dq, dk, dv) after the block pair of ``step`` > 0 is added to them by the
     kernels in place (``sums`` unchanged where the mask hides the block): the bits of
     ``sums + _step_contributions(...)``. With zigzag the half that a block pair touches is cut
-    from the sum, accumulated into and written back (``dynamic_update_slice``, in place)."""
+    from the sum, accumulated into and written back (``dynamic_update_slice``, in place).
+    ``dropout``: the block pair's (contiguous layout; zigzag with dropout is
+    ``_zigzag_dropout_sums``)."""
     n = config.axis_size
     if not config.is_causal:
-        return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums)
+        return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums, dropout)
     if config.layout == "contiguous":
         def visible():
-            return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums)
+            return _block_backward(config, scale, q, kb, vb, out, lse, dout, False, sums,
+                                   dropout)
 
         # (The in-place branch must be the true one: see the zigzag case below.)
         return _cond(step <= device, visible, lambda: tuple(sums))
@@ -526,39 +716,63 @@ def _pad_seq(x, before, after):
     return jnp.pad(x, ((0, 0), (before, after), (0, 0), (0, 0)))
 
 
-def ring_backward(q, k, v, out, lse, dout, scale, config):
+def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
     """This device's ``(dq, dk, dv)`` (dtypes of q and k), each summed in a fixed order: dq over
     the steps in order, a block's dk/dv over the devices from its home onwards. The heads run in
-    ``head_groups`` groups."""
-    def backward(q, k, v, out, lse, dout):
-        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config)
+    ``head_groups`` groups; ``drop`` as in ``ring_forward``."""
+    groups = _groups_for(config, q.shape, k.shape)
+
+    def backward(group, q, k, v, out, lse, dout):
+        head_start = group * q.shape[2]  # q: the group's heads
+        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config, drop, head_start)
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
-    groups = _groups_for(config, q.shape, k.shape)
     if groups == 1:
-        return backward(q, k, v, out, lse, dout)
+        return backward(0, q, k, v, out, lse, dout)
     results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                jax.ShapeDtypeStruct(v.shape, v.dtype))
     return _in_head_groups(config, groups, backward, (q, k, v, out, lse, dout),
                            ("q", "kv", "kv", "q", "lse", "q"), results, ("q", "kv", "kv"))
 
 
-def _backward_sums(q, k, v, out, lse, dout, scale, config):
-    """``ring_backward``'s float32 sums, before the cast to the inputs' dtypes."""
+def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0):
+    """``ring_backward``'s float32 sums, before the cast to the inputs' dtypes (the first head of
+    q global head ``head_start`` of the ring's problem, for the dropout mask)."""
     n = config.axis_size
     device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
+    drop = _device_dropout(config, drop, head_start, q, k)
+    if drop is not None and not config.accumulate:
+        raise ValueError("the ring applies dropout with the accumulating backward only")
 
-    if config.accumulate:
+    def at(step):  # the dropout of the contiguous block pair of step
+        if drop is None:
+            return None
+        return drop.at(drop.q_start(), drop.kv_start((drop.device - step) % n))
+
+    if drop is not None and config.layout == "zigzag":
+        def accumulate(step, kb, vb, sums):
+            if step == 0:  # chunk pair by chunk pair into zero sums
+                zeros = tuple(jnp.zeros(x.shape, jnp.float32) for x in (q, kb, vb))
+                sums = _ffi._unify_varying(q, *zeros)[1:]  # typed like the kernel's results
+            else:
+                dq, dk, dv = sums
+                dk, dv = _send(config, dk, dv)  # dK/dV travel with their block (below)
+                sums = (dq, dk, dv)
+            return _zigzag_dropout_sums(config, scale, drop, step, q, kb, vb, out, lse, dout,
+                                        sums)
+
+        dq, dk, dv = _ring_loop(config, k, v, accumulate)
+    elif config.accumulate:
         def accumulate(step, kb, vb, sums):
             if step == 0:  # the device's own (diagonal) block starts the sums
                 return _block_backward(config, scale, q, kb, vb, out, lse, dout,
-                                       config.is_causal)
+                                       config.is_causal, dropout=at(step))
             dq, dk, dv = sums
             # dK/dV travel with their block: what arrives here belongs to the block now held, and
             # the kernels add this step's contributions to it (so they wait for its transfer).
             dk, dv = _send(config, dk, dv)
             return _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout,
-                              (dq, dk, dv))
+                              (dq, dk, dv), at(step))
 
         dq, dk, dv = _ring_loop(config, k, v, accumulate)
     else:
@@ -647,14 +861,15 @@ _SIMULATED_AXIS = "jax_dash_simulated_ring"
 
 
 def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, schedule="auto",
-             layout="contiguous", head_groups="auto"):
+             layout="contiguous", head_groups="auto", dropout_rate=0.0, dropout_rng=None):
     """``ring_attention`` over ``ring_size`` simulated devices on the current device: the same
     code (block kernels, merges, transfers, summation order) under ``jax.vmap`` with a named axis
     in place of ``shard_map``, so it gives the ring's bits. Takes and returns global arrays
     ``[batch, seq, heads, head_dim]`` (already in the layout's token order, as ``shard_map`` would
     get them); differentiable; jitted (one compile per shapes and options, eager or not). For
-    testing the ring's pieces on one GPU and for small CPU runs. ``head_groups`` as in
-    ``ring_attention`` (here the groups are unrolled, each after a barrier, not a loop)."""
+    testing the ring's pieces on one GPU and for small CPU runs. ``head_groups``,
+    ``dropout_rate`` and ``dropout_rng`` as in ``ring_attention`` (here the groups are unrolled,
+    each after a barrier, not a loop)."""
     if isinstance(ring_size, bool) or not isinstance(ring_size, (int, np.integer)) \
             or ring_size < 1:
         raise ValueError(f"ring_size must be a positive int, got {ring_size!r}")
@@ -666,16 +881,22 @@ def simulate(query, key, value, ring_size, *, is_causal=False, scale=None, sched
 
     scale = _check_scale(scale, allowed=_SCALE_ALLOWED)
     _check_options(is_causal, schedule, layout)
+    dropout.dropout_threshold(dropout_rate)  # checks the rate
+    dropout_rate = float(dropout_rate)
+    if dropout_rate > 0:
+        dropout.dropout_key_words(dropout_rng)  # checks the key before it is traced
+    else:
+        dropout_rng = None
     # (_HEAD_GROUPS, read when "auto" is traced, keys the jit cache too)
-    return _simulated(query, key, value, ring_size, bool(is_causal), scale, schedule, layout,
-                      _ACCUMULATE, head_groups, _HEAD_GROUPS)
+    return _simulated(query, key, value, dropout_rng, ring_size, bool(is_causal), scale, schedule,
+                      layout, _ACCUMULATE, head_groups, _HEAD_GROUPS, dropout_rate)
 
 
 # Jitted with the static options as its key: eagerly, the ring's conditionals and the sequentially
 # vmapped kernel calls would otherwise compile (and keep) new programs on every call.
-@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6, 7, 8, 9, 10))
-def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout, accumulate,
-               groups, auto_groups):
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8, 9, 10, 11, 12))
+def _simulated(query, key, value, dropout_rng, ring_size, is_causal, scale, schedule, layout,
+               accumulate, groups, auto_groups, dropout_rate):
     def split(x):  # [B, S, H, D] -> [P, B, S / P, H, D]: block i for device i
         batch, seq = x.shape[:2]
         blocks = x.reshape((batch, ring_size, seq // ring_size) + x.shape[2:])
@@ -687,7 +908,7 @@ def _simulated(query, key, value, ring_size, is_causal, scale, schedule, layout,
 
     def device(q, k, v):
         return _ring_attention(q, k, v, _SIMULATED_AXIS, is_causal, scale, schedule, layout,
-                               accumulate, groups)
+                               accumulate, groups, dropout_rate, dropout_rng)
 
     blocks = jax.vmap(device, axis_name=_SIMULATED_AXIS)(split(query), split(key), split(value))
     return join(blocks)

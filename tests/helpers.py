@@ -97,3 +97,29 @@ def ring_sums(q, k, v, dout, ring_size, *, is_causal, layout, accumulate, schedu
         return tuple(join(x) for x in sums)
 
     return jax.jit(run)(q, k, v, dout)
+
+
+def dropout_readout_inputs(batch, seq_q, seq_kv, heads, head_dim):
+    """Inputs that make attention with dropout show its keep mask exactly (MHA, ``head_dim`` >=
+    both sequences): query 0 (every visible key equally likely, probability 1/count), value row
+    ``j`` the unit vector ``e_j``, dout row ``i`` the unit vector ``e_i``. Then ``out[b, i, h, j]
+    != 0`` iff element ``(b, h, i, j)`` is kept (and visible), and ``dV[b, j, h, i] != 0`` iff
+    the backward kept it. Returns ``(q, k, v, dout)`` float32."""
+    assert head_dim >= max(seq_q, seq_kv)
+    q = jnp.zeros((batch, seq_q, heads, head_dim), jnp.float32)
+    k = jax.random.normal(jax.random.PRNGKey(0), (batch, seq_kv, heads, head_dim), jnp.float32)
+
+    def unit_rows(n):  # row r of every batch row and head: e_r
+        return jnp.broadcast_to(jnp.eye(n, head_dim)[None, :, None], (batch, n, heads, head_dim))
+
+    return q, k, unit_rows(seq_kv), unit_rows(seq_q)
+
+
+def kept_by_forward(out, seq_kv):
+    """The keep mask ``[b, h, i, j]`` that ``out`` of ``dropout_readout_inputs`` shows."""
+    return np.transpose(np.asarray(out)[..., :seq_kv] != 0, (0, 2, 1, 3))
+
+
+def kept_by_backward(dv, seq_q):
+    """The keep mask ``[b, h, i, j]`` that ``dv`` of ``dropout_readout_inputs`` shows."""
+    return np.transpose(np.asarray(dv)[..., :seq_q] != 0, (0, 2, 3, 1))

@@ -1,6 +1,8 @@
 """jax_dash.attention(dropout_rate=..., dropout_rng=...) on the CPU kernels (issue 33): forward
 and gradients against a reference built from jax_dash.dropout_keep_mask, rate 0, bits run to run,
-keys, masks, GQA, vmap, GSPMD sharding, and the refusals (GPU, shard_map, bad arguments)."""
+keys, masks, GQA, vmap, GSPMD sharding, and the refusals (GPU, shard_map without offsets, bad
+arguments). Offsets and shard_map: tests/test_dropout_offsets.py; the ring:
+tests/test_ring_dropout.py."""
 
 import functools
 import re
@@ -136,12 +138,14 @@ def test_gspmd_sharding_keeps_the_unsharded_bits():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_inside_shard_map_is_refused():
+def test_inside_shard_map_without_offsets_is_refused():
+    """A block inside shard_map does not know its global coordinates: dropout_axes or
+    dropout_offsets is required (tests/test_dropout_offsets.py runs them)."""
     mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("data",))
     q, k, v, _ = random_inputs(13, 2, 16, 16, 2, 2, 16, jnp.float32)
     fn = jax.shard_map(ours(jax.random.key(0), 0.1), mesh=mesh, in_specs=(P("data"),) * 3,
                        out_specs=P("data"))
-    with pytest.raises(NotImplementedError, match="inside shard_map is not supported yet"):
+    with pytest.raises(ValueError, match="inside shard_map needs the global coordinates"):
         jax.jit(fn)(q, k, v)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import jax
@@ -145,14 +146,122 @@ def test_multihead_attention_matches_module_call():
     np.testing.assert_allclose(jde.multihead_attention(mha, x, x, x), mha(x, x, x), atol=1e-5)
 
 
-def test_dropout_in_training_is_refused():
+# ---- attention dropout: Equinox's dropout_p / inference / key, jax_dash's mask -----------------
+
+def _by_hand(mha, x, key, rate, is_causal=True):
+    """mha's projections around jax_dash.attention with dropout: what the adapter must give."""
+    def heads(proj):
+        return jax.vmap(proj)(x).reshape(SEQ, HEADS, -1)
+
+    out = jax_dash.attention(heads(mha.query_proj), heads(mha.key_proj), heads(mha.value_proj),
+                             is_causal=is_causal, dropout_rate=rate, dropout_rng=key)
+    return jax.vmap(mha.output_proj)(out.reshape(SEQ, -1))
+
+
+def test_multihead_attention_dropout_is_jax_dash_dropout():
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.25, key=jax.random.key(5))
+    x = jax.random.normal(jax.random.key(6), (SEQ, FEATURES))
+    key = jax.random.key(7)
+    out = jde.multihead_attention(mha, x, x, x, is_causal=True, key=key)
+    np.testing.assert_array_equal(out, _by_hand(mha, x, key, 0.25))
+    no_dropout = jde.multihead_attention(mha, x, x, x, is_causal=True, inference=True)
+    assert not np.allclose(out, no_dropout, atol=1e-3)  # dropout did something
+    other = jde.multihead_attention(mha, x, x, x, is_causal=True, key=jax.random.key(8))
+    assert not np.array_equal(out, other)
+
+
+def test_multihead_attention_inference_turns_dropout_off():
+    """As eqx.nn.MultiheadAttention: the call's inference, else the module's (which
+    eqx.nn.inference_mode sets); dropout_p 0 needs no key."""
+    x = jax.random.normal(jax.random.key(9), (SEQ, FEATURES))
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.25, key=jax.random.key(5))
+    plain = _by_hand(mha, x, None, 0.0)
+    for out in (jde.multihead_attention(mha, x, x, x, is_causal=True, inference=True),
+                jde.multihead_attention(eqx.nn.inference_mode(mha), x, x, x, is_causal=True),
+                jde.multihead_attention(eqx.nn.MultiheadAttention(HEADS, FEATURES,
+                                                                  key=jax.random.key(5)),
+                                        x, x, x, is_causal=True)):
+        np.testing.assert_array_equal(out, plain)
+    # The call's inference=False overrides the module's inference=True.
+    evaluating = eqx.nn.inference_mode(mha)
+    key = jax.random.key(10)
+    np.testing.assert_array_equal(
+        jde.multihead_attention(evaluating, x, x, x, is_causal=True, inference=False, key=key),
+        _by_hand(mha, x, key, 0.25))
+    # Equinox's own module gives its (non-dropout) result there too.
+    np.testing.assert_allclose(plain, mha(x, x, x, mask=jnp.tril(jnp.ones((SEQ, SEQ), bool)),
+                                          inference=True), atol=1e-5)
+
+
+def test_dropout_in_training_without_a_key_is_refused():
     mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.1, key=jax.random.key(5))
     x = jnp.ones((SEQ, FEATURES))
-    with pytest.raises(ValueError, match="dropout_p=0.1 in training mode"):
+    with pytest.raises(RuntimeError, match=r"dropout_p=0.1 in training mode .* needs a key"):
         jde.multihead_attention(mha, x, x, x, is_causal=True)
-    # Inference: dropout is off, so the result is the module's own.
-    np.testing.assert_allclose(jde.multihead_attention(mha, x, x, x, inference=True),
-                               mha(x, x, x, inference=True), atol=1e-5)
+    with pytest.raises(RuntimeError, match="requires a key"):  # Equinox's own, for comparison
+        mha(x, x, x)
+
+
+def test_gradients_with_dropout_repeat_bitwise():
+    """A batch under vmap with one key per example, gradients of the module's weights: bitwise
+    equal run to run; another key gives other gradients."""
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.2, key=jax.random.key(11))
+    x = jax.random.normal(jax.random.key(12), (BATCH, SEQ, FEATURES))
+
+    @eqx.filter_jit
+    def grads(mha, key):
+        def loss(mha):
+            keys = jax.random.split(key, BATCH)
+            out = jax.vmap(lambda x, k: jde.multihead_attention(mha, x, x, x, is_causal=True,
+                                                                key=k))(x, keys)
+            return jnp.sum(out ** 2)
+
+        return eqx.filter_grad(loss)(mha)
+
+    first, again = (jax.tree_util.tree_leaves(grads(mha, jax.random.key(13))) for _ in range(2))
+    other = jax.tree_util.tree_leaves(grads(mha, jax.random.key(14)))
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, c) for a, c in zip(first, other))
+
+
+def test_self_attention_dropout():
+    block = jde.SelfAttention(FEATURES, HEADS, num_kv_heads=2, dropout_p=0.3, key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(15), (BATCH, SEQ, FEATURES))
+    keys = jax.random.split(jax.random.key(16), BATCH)
+    out = jax.vmap(lambda x, k: block(x, key=k))(x, keys)
+
+    def by_hand(x, key):
+        head_dim = FEATURES // HEADS
+        q = jax.vmap(block.query_proj)(x).reshape(SEQ, HEADS, head_dim)
+        k = jax.vmap(block.key_proj)(x).reshape(SEQ, 2, head_dim)
+        v = jax.vmap(block.value_proj)(x).reshape(SEQ, 2, head_dim)
+        o = jax_dash.attention(q, k, v, scale=1 / np.sqrt(head_dim), is_causal=True,
+                               dropout_rate=0.3, dropout_rng=key)
+        return jax.vmap(block.output_proj)(o.reshape(SEQ, -1))
+
+    np.testing.assert_array_equal(out, jax.vmap(by_hand)(x, keys))
+    plain = jax.vmap(lambda x: block(x, inference=True))(x)
+    np.testing.assert_array_equal(jax.vmap(eqx.nn.inference_mode(block))(x), plain)
+    assert not np.allclose(out, plain, atol=1e-3)
+    with pytest.raises(RuntimeError, match="needs a key"):
+        block(x[0])
+    with pytest.raises(ValueError, match=re.escape("dropout_p=1.0 must be a Python float in "
+                                                   "[0, 1)")):
+        jde.SelfAttention(FEATURES, HEADS, dropout_p=1.0, key=jax.random.key(0))
+
+
+def test_a_traced_dropout_p_is_refused():
+    mha = eqx.nn.MultiheadAttention(HEADS, FEATURES, dropout_p=0.1, key=jax.random.key(5))
+    x = jnp.ones((SEQ, FEATURES))
+
+    @jax.jit
+    def run(p):
+        traced = eqx.tree_at(lambda m: m.dropout.p, mha, p)
+        return jde.multihead_attention(traced, x, x, x, key=jax.random.key(0))
+
+    with pytest.raises(TypeError, match="dropout_p is a traced array"):
+        run(0.1)
 
 
 def test_different_qk_and_vo_sizes_are_refused():

@@ -247,3 +247,30 @@ def test_unit_tables_only_where_they_stay_small():
     nq, nkv = 10, 1250
     assert size(1, 640, 160_000, 1, 1, 128)[1] + nkv + 2 * nq * nkv == \
         size(1, 640, 160_000, 2, 2, 128)[1] - 10  # the second head's dq semaphores
+
+
+def _fwd_dropout(offsets):
+    """Raw dropout forward with the given offsets operand (the key and attributes valid)."""
+    q = jnp.ones(Q_SHAPE, jnp.float32)
+    k = jnp.ones(KV_SHAPE, jnp.float32)
+    mask_arrays, mask_attrs = _mask_operands()
+    result_types = (jax.ShapeDtypeStruct(Q_SHAPE, jnp.float32),
+                    jax.ShapeDtypeStruct(LSE_SHAPE, jnp.float32))
+    return jax.block_until_ready(jax.ffi.ffi_call("jax_dash_fwd_dropout", result_types)(
+        q, k, k, *mask_arrays, jnp.asarray(0.5, jnp.float32), jnp.zeros(2, jnp.uint32),
+        jnp.asarray(offsets, jnp.int32), is_causal=False, dropout_threshold=np.int64(6554),
+        dropout_scale=np.float32(1 / 0.9), **mask_attrs))
+
+
+@pytest.mark.parametrize("offsets, message", [
+    ((0, 0, 0), "dropout_offsets has shape (3), expected [4] (batch, head, q, kv)"),
+    ((0, 0, -1, 0), "dropout_offsets has q offset -1 for 16 positions; offsets must be >= 0"),
+    ((0, 2 ** 31 - 1, 0, 0), None),  # within 2^32 with the call's 4 heads
+])
+def test_dropout_offsets_operand(offsets, message):
+    if message is None:
+        out, _ = _fwd_dropout(offsets)
+        assert np.isfinite(np.asarray(out)).all()
+        return
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(message)):
+        _fwd_dropout(offsets)

@@ -259,6 +259,29 @@ def test_dropout_in_training_is_jax_dash_dropout():
     assert not np.allclose(np.asarray(out), _causal(), atol=1e-3)  # dropout did something
 
 
+def test_dropout_inside_shard_map_with_dropout_axes():
+    """make_attention_fn(dropout_axes=...) inside shard_map over batch and heads: the unsharded
+    call's bits; without it the call asks for the argument."""
+    from jax.sharding import Mesh, PartitionSpec as P
+    q, k, v = _qkv()
+    rng = jax.random.key(4)
+    kwargs = dict(is_causal=True, dropout_rate=0.2, deterministic=False, broadcast_dropout=False,
+                  dropout_rng=rng)
+    mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("data", "model"))
+    spec = P("data", None, "model")
+
+    def sharded(attention_fn):
+        return jax.jit(jax.shard_map(lambda q, k, v: attention_fn(q, k, v, **kwargs), mesh=mesh,
+                                     in_specs=(spec,) * 3, out_specs=spec))(q, k, v)
+
+    out = sharded(jdf.make_attention_fn(dropout_axes=("data", "model")))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jdf.attention_fn(q, k, v, **kwargs)))
+    with pytest.raises(ValueError, match="inside shard_map needs the global coordinates"):
+        sharded(jdf.attention_fn)
+    with pytest.raises(TypeError, match="dropout_axes must be"):
+        jdf.make_attention_fn(dropout_axes="data")
+
+
 def test_dropout_in_evaluation_runs():
     out = jdf.attention_fn(*_qkv(), is_causal=True, dropout_rate=0.1, deterministic=True)
     np.testing.assert_allclose(out, _causal(), atol=1e-5)

@@ -172,14 +172,18 @@ inline float logit(float score, float scale, float cap, float* tanh_out) {
   for (int64_t d = 0; d < n; ++d) out[d] = out[d] + row[d];
 }
 
-// The factor dropout applies to probability (b, h, i, j): 0 where dropped, 1 / (1 - rate) where
-// kept, 1 without dropout.
+// The factor dropout applies to the call's probability (b, h, i, j): 0 where dropped,
+// 1 / (1 - rate) where kept, 1 without dropout. The mask is drawn at the global coordinates: the
+// call's own plus p.dropout_offsets.
 inline float dropout_factor(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
                             int64_t j) {
   if (!p.has_dropout) return 1.0f;
-  return dropout_keep(p.dropout_key0, p.dropout_key1, p.dropout_threshold,
-                      static_cast<uint32_t>(b), static_cast<uint32_t>(h), static_cast<uint32_t>(i),
-                      static_cast<uint32_t>(j))
+  const int32_t* offset = p.dropout_offsets;  // (batch, head, q, kv), each >= 0
+  const auto global = [](int64_t local, int32_t start) {
+    return static_cast<uint32_t>(local) + static_cast<uint32_t>(start);
+  };
+  return dropout_keep(p.dropout_key0, p.dropout_key1, p.dropout_threshold, global(b, offset[0]),
+                      global(h, offset[1]), global(i, offset[2]), global(j, offset[3]))
              ? p.dropout_scale
              : 0.0f;
 }

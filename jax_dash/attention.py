@@ -358,17 +358,17 @@ def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, i
 def _dropout_attention(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
                        kv_segments, is_causal, static_mask, schedule, scale_is_traced, threshold,
                        keep_scale):
-    return _ffi._fwd_call(q, k, v, scale, is_causal, static_mask,
-                          (q_lengths, kv_lengths, q_segments, kv_segments),
-                          dropout=(key_words, offsets, threshold, keep_scale))
+    return _behind_barrier(*_ffi._fwd_call(q, k, v, scale, is_causal, static_mask,
+                                           (q_lengths, kv_lengths, q_segments, kv_segments),
+                                           dropout=(key_words, offsets, threshold, keep_scale)))
 
 
 def _dropout_attention_fwd(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
                            kv_segments, is_causal, static_mask, schedule, scale_is_traced,
                            threshold, keep_scale):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    out, lse = _ffi._fwd_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
-                              dropout=(key_words, offsets, threshold, keep_scale))
+    out, lse = _behind_barrier(*_ffi._fwd_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
+                                               dropout=(key_words, offsets, threshold, keep_scale)))
     return (out, lse), (q, k, v, scale, key_words, offsets, mask_arrays, out, lse)
 
 

@@ -97,7 +97,7 @@ __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const Sche
 // complete (the step loop's last wait) and the barrier waits for the other's (its dQ wgmma reads
 // every K row). The producer writes K and V again only with the next unit's loads, issued after the
 // next unit's publication barrier, and the leader (tid 0) waits for the stores' shared-memory reads
-// before it arrives there (ws_math). Returns with the leader's stores committed, not waited for.
+// before it arrives there (WsMainloop). Returns with the leader's stores committed, not waited for.
 template <class Traits>
 struct EpilogueTma {
   template <class ThrMma, class Acc>

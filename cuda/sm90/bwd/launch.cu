@@ -92,7 +92,7 @@ bool dispatch_traits(const AttentionParams& p, F&& f) {
 template <class Traits>
 auto main_kernel() {
   if constexpr (Traits::kWarpSpecialized) {
-    return bwd::bwd_main_ws_kernel<Traits>;
+    return bwd::bwd_main_ws_kernel<bwd::BwdWsKernelFor<Traits>>;
   } else {
     return bwd::bwd_main_kernel<Traits>;
   }
@@ -246,7 +246,7 @@ void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t it
       P.tma_dv = Traits::make_tma_store_kv(static_cast<Element*>(p.dv), seq_kv, p.num_kv_heads,
                                            batch);
     }
-    bwd::bwd_main_ws_kernel<Traits>
+    bwd::bwd_main_ws_kernel<bwd::BwdWsKernelFor<Traits>>
         <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
   } else {
     bwd::bwd_main_kernel<Traits>

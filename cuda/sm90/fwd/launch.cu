@@ -21,16 +21,14 @@
 namespace jax_dash::sm90 {
 namespace {
 
-using fwd::FwdKernelParams;
-using fwd::FwdKernelTraits;
-using fwd::fwd_kernel;
 using fwd::kThreadsPerWarpgroup;
 
 template <class Element, int kHeadDim, bool kMask, bool kPersistent, bool kSegments,
           bool kNarrow = false>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Traits = FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>;
-  FwdKernelParams<Traits> p{};
+  using Kernel = fwd::FwdKernelFor<Element, kHeadDim, kMask, kPersistent, kSegments, kNarrow>;
+  using Traits = typename Kernel::Traits;
+  typename Kernel::Params p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
   const auto seq_kv = static_cast<int32_t>(ap.seq_kv);
   const auto batch = static_cast<int32_t>(ap.batch);
@@ -82,9 +80,9 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
 
-  auto kernel = fwd_kernel<Element, kHeadDim, kMask, kPersistent, kSegments, kNarrow>;
+  auto kernel = fwd::fwd_kernel<Kernel>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Traits::kSmemBytes);
+                             Kernel::kSmemBytes);
   if (err != cudaSuccess) return err;
   // setmaxnreg moves registers between warpgroups inside the launch allocation: the math
   // warpgroups' increase would wait forever if that allocation were smaller than the split.
@@ -96,9 +94,9 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
   const int64_t num_pairs =
       ceil_div(int64_t(p.num_m_blocks), int64_t(2)) * ap.num_heads * ap.batch;
-  const int64_t grid = fwd::FwdScheduler<kPersistent, FwdKernelParams<Traits>>::grid_size(
-      num_tiles, num_pairs, p.pair_causal, sms);
-  kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Traits::kThreads), Traits::kSmemBytes,
+  const int64_t grid =
+      Kernel::Scheduler::grid_size(num_tiles, num_pairs, p.pair_causal, sms);
+  kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Kernel::kThreads), Kernel::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();
 }

@@ -62,7 +62,8 @@
 //   epilogue.cuh       the dK/dV epilogue policies (EpilogueTma, EpilogueStagedF32,
 //                      EpilogueDirect) and the choice among them (DkDvEpilogue)
 //   gemm.cuh           the wgmma chains (operands from shared memory or A from registers)
-//   named_barrier.cuh  named-barrier ids; trace.cuh the opt-in per-role wait trace
+//   trace.cuh          the opt-in per-role wait trace
+// (the named-barrier ids of both directions are in cuda/sm90/named_barrier.cuh)
 // and, beside them, classic_kernel.cuh (the long-query fallback's kernel), preprocess.cuh,
 // postprocess.cuh and launch.cu (the host side: workspace, launches, kernel choice).
 #pragma once
@@ -76,10 +77,10 @@
 
 #include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/mainloop.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 

@@ -14,7 +14,6 @@
 #include "cuda/sm90/bwd/dq_writer.cuh"
 #include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/gemm.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/preprocess.cuh"  // kLog2e
 #include "cuda/sm90/bwd/producer.cuh"
@@ -23,6 +22,7 @@
 #include "cuda/sm90/bwd/traits.cuh"
 #include "cuda/sm90/bwd/unit_tables.cuh"
 #include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 #include "cuda/sm90/softmax.cuh"  // exp2_ftz
 
 namespace jax_dash::sm90::bwd {

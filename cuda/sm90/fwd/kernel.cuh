@@ -27,7 +27,7 @@
 // tile scheduler (scheduler.cuh). The launch (launch.cu) picks the three types per instantiation
 // (FwdKernelFor); fwd_kernel is the __global__ over such a type. traits.cuh holds the shapes, the
 // shared storage and the parameters, pipeline.cuh the ring's stage and phase, and
-// named_barrier.cuh the barrier ids.
+// cuda/sm90/named_barrier.cuh the barrier ids of both directions.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -13,16 +13,20 @@
 
 #include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/fwd/named_barrier.cuh"
 #include "cuda/sm90/fwd/pipeline.cuh"
 #include "cuda/sm90/fwd/producer.cuh"
 #include "cuda/sm90/fwd/scheduler.cuh"
 #include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
 #include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace jax_dash::sm90::fwd {
+
+// Each turn barrier (cuda/sm90/named_barrier.cuh kTurnBarrier) counts the two warpgroups that meet
+// there (128 arriving, 128 waiting).
+constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.

@@ -2,7 +2,8 @@
 """Per-kernel SASS and ptxas identity of the sm90 CUDA objects, for refactors that must not change
 the generated code (issue 32's "house" steps).
 
-  sass_identity.py build SRC BUILD      configure SRC with the CMake target's flags plus -Xptxas -v
+  sass_identity.py build SRC BUILD [-DOPTION=VALUE ...]
+                                        configure SRC with the CMake target's flags plus -Xptxas -v
                                         (Release, -DJAX_DASH_WERROR=ON) into BUILD and build the
                                         kernels' library (jax_dash_sm90) and the driver
                                         (jax_dash_sm90_check), incrementally; ptxas's lines go to
@@ -20,10 +21,13 @@ whitespace is trimmed; nothing else (branch targets are offsets inside the funct
 kernel to another object or renaming it leaves its text alone). Kernels are paired by mangled name
 first; those whose name changed (a refactor that changes template arguments renames the
 __global__) are then paired by content, and the pairs are printed so that a reader can check each
-old name against its new one.
+old name against its new one. (Kernels in an anonymous namespace carry a hash of their source
+file's path in their mangled names: a tree built at another path, or a kernel moved to another
+file, pairs them by content too.)
 
 cuobjdump: $CUOBJDUMP, else the one on PATH, else the CUDA toolkit's (nvcc 13.0 here ships none:
-`pip install nvidia-cuda-cuobjdump` brings one). Used by maintainers/perf-notes.md's "house" entries.
+`pip install nvidia-cuda-cuobjdump` brings one). Used by maintainers/perf-notes.md's "house"
+entries.
 """
 from __future__ import annotations
 
@@ -49,14 +53,15 @@ def cuobjdump() -> str:
     sys.exit("cuobjdump not found: set CUOBJDUMP or `pip install nvidia-cuda-cuobjdump`")
 
 
-def build(src: Path, out: Path) -> None:
+def build(src: Path, out: Path, cmake_args: list[str]) -> None:
     python = os.environ.get("PYTHON", sys.executable)
     nvcc = os.environ.get("NVCC", shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cmake", "-S", str(src), "-B", str(out), "-G", "Ninja",
                     "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={python}",
                     "-DJAX_DASH_CUDA=ON", "-DJAX_DASH_WERROR=ON",
-                    f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_FLAGS=-Xptxas -v"],
+                    f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_FLAGS=-Xptxas -v",
+                    *cmake_args],
                    check=True, stdout=subprocess.DEVNULL)
     log = subprocess.run(["ninja", "-C", str(out)] + TARGETS, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -223,9 +228,12 @@ def main() -> int:
     c = sub.add_parser("compare")
     c.add_argument("base", type=Path)
     c.add_argument("new", type=Path)
-    args = parser.parse_args()
+    # build passes the -D options it does not know on to CMake (-DJAX_DASH_SM90_UNITS=kernels).
+    args, cmake_args = parser.parse_known_args()
+    if cmake_args and args.cmd != "build":
+        parser.error(f"unrecognized arguments: {cmake_args}")
     if args.cmd == "build":
-        build(args.src.resolve(), args.build_dir.resolve())
+        build(args.src.resolve(), args.build_dir.resolve(), cmake_args)
     elif args.cmd == "dump":
         dump(args.build_dir.resolve(), args.out)
     else:

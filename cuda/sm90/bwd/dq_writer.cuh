@@ -10,11 +10,11 @@
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 
@@ -34,10 +34,21 @@ struct DqTicket {
 };
 
 // ---- dQ writer warp -----------------------------------------------------------------------------
-template <class Traits, class Storage>
-__device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage& smem,
-                                             const int32_t* visit_m,
-                                             const int32_t* visit_ticket) {
+// Per unit the Scheduler publishes, each step's dQ partial into dq_accum (visit_m, visit_ticket:
+// the unit's visit order and tickets in shared memory).
+template <class Traits_>
+struct WsDqWriter {
+  using Traits = Traits_;
+  template <class Scheduler, class Storage>
+  __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
+                                             const int32_t* visit_m, const int32_t* visit_ticket);
+};
+
+template <class Traits_>
+template <class Scheduler, class Storage>
+__device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>& P,
+                                                        Storage& smem, const int32_t* visit_m,
+                                                        const int32_t* visit_ticket) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
   const AttentionParams& p = P.p;
@@ -52,7 +63,7 @@ __device__ __forceinline__ void ws_dq_writer(const WsParams<Traits>& P, Storage&
   PipelineState<Traits::kStages> q_pipe;  // kdQInStage: the Q/dO ring, as the producer counts it
 
   WsUnit u;
-  while (UnitScheduler<Traits>::published(P, smem, &u)) {
+  while (Scheduler::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     // The buffers are free for the unit's first steps (the previous unit's reductions were waited
     // for).

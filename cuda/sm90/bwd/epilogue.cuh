@@ -10,9 +10,9 @@
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/postprocess.cuh"  // store_grad, accumulate_f32
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 
@@ -97,7 +97,7 @@ __device__ __forceinline__ void store_dk_dv(const AttentionParams& p, const Sche
 // complete (the step loop's last wait) and the barrier waits for the other's (its dQ wgmma reads
 // every K row). The producer writes K and V again only with the next unit's loads, issued after the
 // next unit's publication barrier, and the leader (tid 0) waits for the stores' shared-memory reads
-// before it arrives there (ws_math). Returns with the leader's stores committed, not waited for.
+// before it arrives there (WsMainloop). Returns with the leader's stores committed, not waited for.
 template <class Traits>
 struct EpilogueTma {
   template <class ThrMma, class Acc>

@@ -47,19 +47,23 @@
 // the classic kernel), so the gradients are a different bits version from the classic kernel's.
 //
 // The roles live in files of their own (cuda/sm90/bwd/), in the manner of FlashAttention-3's
-// hopper/ directory; this file only initialises the barriers, moves registers between the
-// warpgroups and dispatches the roles:
+// hopper/ directory, and the kernel is a composition of role types: BwdWsKernel<Mainloop, Epilogue,
+// Scheduler> only initialises the barriers, moves registers between the warpgroups and dispatches
+// the roles; bwd_main_ws_kernel is the __global__ over such a type, and the launch picks the three
+// types (BwdWsKernelFor):
 //   traits.cuh         tile shapes, MMA types, shared storage, TMA descriptors, WsParams
 //   scheduler.cuh      work units: the math's in-order fetch, the others' hand-off (UnitScheduler)
 //   unit_tables.cuh    a unit's visit order and tickets with hidden steps left out (kMask)
 //   pipeline.cuh       stage index and barrier phase of the rings (PipelineState)
-//   producer.cuh       the producer warp (TMA loads)
-//   dq_writer.cuh      the dQ writer warp and Q tile m's ticket (DqTicket)
-//   mainloop.cuh       the math warpgroups: the step loop of the five products
+//   producer.cuh       the producer warp (TMA loads; WsProducer)
+//   dq_writer.cuh      the dQ writer warp (WsDqWriter) and Q tile m's ticket (DqTicket)
+//   mainloop.cuh       the math warpgroups: the step loop of the five products (WsMainloop, which
+//                      names its producer and writer)
 //   epilogue.cuh       the dK/dV epilogue policies (EpilogueTma, EpilogueStagedF32,
 //                      EpilogueDirect) and the choice among them (DkDvEpilogue)
 //   gemm.cuh           the wgmma chains (operands from shared memory or A from registers)
-//   named_barrier.cuh  named-barrier ids; trace.cuh the opt-in per-role wait trace
+//   trace.cuh          the opt-in per-role wait trace
+// (the named-barrier ids of both directions are in cuda/sm90/named_barrier.cuh)
 // and, beside them, classic_kernel.cuh (the long-query fallback's kernel), preprocess.cuh,
 // postprocess.cuh and launch.cu (the host side: workspace, launches, kernel choice).
 #pragma once
@@ -71,74 +75,98 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/sm90/bwd/dq_writer.cuh"
+#include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/mainloop.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
-#include "cuda/sm90/bwd/producer.cuh"
+#include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
 
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    bwd_main_ws_kernel(const __grid_constant__ WsParams<Traits> P) {
-  using SharedStorage = typename Traits::SharedStorage;
-  extern __shared__ char smem_raw[];
-  // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
-  // bwd/classic_kernel.cuh).
-  const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
-  const uint32_t smem_pad =
-      (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;
-  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw + smem_pad);
-  int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
-  int32_t* visit_ticket = visit_m + P.sp.num_q_tiles;
+template <class Mainloop_, class Epilogue_, class Scheduler_>
+struct BwdWsKernel {
+  using Mainloop = Mainloop_;
+  using Epilogue = Epilogue_;
+  using Scheduler = Scheduler_;
+  using Traits = typename Mainloop::Traits;
+  using Params = WsParams<Traits>;
+  using Producer = typename Mainloop::Producer;
+  using DqWriter = typename Mainloop::DqWriter;
+  static constexpr int kThreads = Traits::kThreads;
 
-  const int warp = cutlass::canonical_warp_idx_sync();
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
-    cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
-    for (int s = 0; s < Traits::kStages; ++s) {
-      cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
-      // kdQInStage: the writer frees a stage (one arrival), else every math warp.
-      cutlass::arch::ClusterBarrier::init(&smem.q_empty[s],
-                                          Traits::kdQInStage ? 1 : Traits::kMathWarps);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  if (warp == 0 && cute::elect_one_sync()) {
-    cute::prefetch_tma_descriptor(P.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
-    if (tma_dkv_epilogue(P.p)) {
-      cute::prefetch_tma_descriptor(P.tma_dk.get_tma_descriptor());
-      cute::prefetch_tma_descriptor(P.tma_dv.get_tma_descriptor());
-    }
-  }
-  __syncthreads();  // the only CTA-wide barrier: barriers initialised
+  // One CTA: smem_raw is the dynamic shared memory (Traits::smem_bytes: SharedStorage, then the
+  // unit's visit order and tickets, num_q_tiles entries each).
+  __device__ __forceinline__ void operator()(const Params& P, char* smem_raw) const {
+    using SharedStorage = typename Traits::SharedStorage;
+    // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
+    // bwd/classic_kernel.cuh).
+    const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
+    const uint32_t smem_pad =
+        (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;
+    SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw + smem_pad);
+    int32_t* visit_m = reinterpret_cast<int32_t*>(&smem + 1);
+    int32_t* visit_ticket = visit_m + P.sp.num_q_tiles;
 
-  if (warp < 4) {
-    warpgroup_registers_decrease<Traits::kServiceRegisters>();
-    if (warp == 0) ws_producer<Traits>(P, smem, visit_m);
-    else if (warp == 1) ws_dq_writer<Traits>(P, smem, visit_m, visit_ticket);
-  } else {
-    warpgroup_registers_increase<Traits::kMathRegisters>();
-    ws_math<Traits>(P, smem, visit_m, visit_ticket);
-  }
-  if (P.trace != nullptr) {
-    // Each role's representative thread wrote only its own slots, and every role has passed the
-    // last unit barrier; the math warpgroups (the last to finish) publish the counters.
-    if (warp >= 4) {
-      named_barrier_sync(kMathBarrier, Traits::kMathThreads);
-      if (threadIdx.x == 128) {
-        for (int i = 0; i < kWsTraceSlots; ++i)
-          P.trace[static_cast<int64_t>(blockIdx.x) * kWsTraceSlots + i] = smem.trace[i];
+    const int warp = cutlass::canonical_warp_idx_sync();
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+      for (int s = 0; s < Traits::kStages; ++s) {
+        cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
+        // kdQInStage: the writer frees a stage (one arrival), else every math warp.
+        cutlass::arch::ClusterBarrier::init(&smem.q_empty[s],
+                                            Traits::kdQInStage ? 1 : Traits::kMathWarps);
+      }
+      cutlass::arch::fence_barrier_init();
+    }
+    if (warp == 0 && cute::elect_one_sync()) {
+      cute::prefetch_tma_descriptor(P.tma_q.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(P.tma_do.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(P.tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(P.tma_v.get_tma_descriptor());
+      if (tma_dkv_epilogue(P.p)) {
+        cute::prefetch_tma_descriptor(P.tma_dk.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(P.tma_dv.get_tma_descriptor());
+      }
+    }
+    __syncthreads();  // the only CTA-wide barrier: barriers initialised
+
+    if (warp < 4) {
+      warpgroup_registers_decrease<Traits::kServiceRegisters>();
+      if (warp == 0) Producer::template run<Scheduler>(P, smem, visit_m);
+      else if (warp == 1) DqWriter::template run<Scheduler>(P, smem, visit_m, visit_ticket);
+    } else {
+      warpgroup_registers_increase<Traits::kMathRegisters>();
+      Mainloop::template run<Epilogue, Scheduler>(P, smem, visit_m, visit_ticket);
+    }
+    if (P.trace != nullptr) {
+      // Each role's representative thread wrote only its own slots, and every role has passed the
+      // last unit barrier; the math warpgroups (the last to finish) publish the counters.
+      if (warp >= 4) {
+        named_barrier_sync(kMathBarrier, Traits::kMathThreads);
+        if (threadIdx.x == 128) {
+          for (int i = 0; i < kWsTraceSlots; ++i)
+            P.trace[static_cast<int64_t>(blockIdx.x) * kWsTraceSlots + i] = smem.trace[i];
+        }
       }
     }
   }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1)
+    bwd_main_ws_kernel(const __grid_constant__ typename Kernel::Params P) {
+  extern __shared__ char smem_raw[];
+  Kernel{}(P, smem_raw);
 }
+
+// The kernel of one WsTraits instantiation: the dK/dV epilogue is chosen per call among the
+// policies (DkDvEpilogue: one kernel serves every GQA ratio and gradient dtype).
+template <class Traits>
+using BwdWsKernelFor =
+    BwdWsKernel<WsMainloop<Traits>, DkDvEpilogue<Traits>, UnitScheduler<Traits>>;
 
 }  // namespace jax_dash::sm90::bwd

@@ -11,16 +11,18 @@
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/bwd/dq_writer.cuh"
 #include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/gemm.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/preprocess.cuh"  // kLog2e
+#include "cuda/sm90/bwd/producer.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
 #include "cuda/sm90/bwd/unit_tables.cuh"
 #include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 #include "cuda/sm90/softmax.cuh"  // exp2_ftz
 
 namespace jax_dash::sm90::bwd {
@@ -36,9 +38,25 @@ __device__ __forceinline__ void zero_plus_all(Frag& f) {
 }
 
 // ---- math warpgroups ----------------------------------------------------------------------------
-template <class Traits, class Storage>
-__device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem,
-                                        int32_t* visit_m, int32_t* visit_ticket) {
+// The math warpgroups' unit loop: fetch a unit from the Scheduler (UnitScheduler), write its visit
+// order and tickets to shared memory (visit_m, visit_ticket), run its steps, and end it with the
+// Epilogue's dK/dV store (DkDvEpilogue). The mainloop names the roles that feed it: the producer
+// (TMA loads of the steps' tiles) and the dQ writer (dQ partials into dq_accum in ticket order).
+template <class Traits_>
+struct WsMainloop {
+  using Traits = Traits_;
+  using Producer = WsProducer<Traits>;
+  using DqWriter = WsDqWriter<Traits>;
+  template <class Epilogue, class Scheduler, class Storage>
+  __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
+                                             int32_t* visit_m, int32_t* visit_ticket);
+};
+
+template <class Traits_>
+template <class Epilogue, class Scheduler, class Storage>
+__device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>& P,
+                                                        Storage& smem, int32_t* visit_m,
+                                                        int32_t* visit_ticket) {
   using Element = typename Traits::Element;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
@@ -110,7 +128,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
   const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
   const long long t_begin = tracer.start();
 
-  UnitScheduler<Traits> scheduler{P};
+  Scheduler scheduler{P};
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring (and the dS^T buffers: its count)
   // K/V's one buffer: its phase is the parity of the loads waited for. Kept a count: as a
   // PipelineState<1> it moved the two counters' registers (unmasked) or stack slots (masked).
@@ -405,8 +423,7 @@ __device__ __forceinline__ void ws_math(const WsParams<Traits>& P, Storage& smem
     }
 
     const long long t_epilogue = tracer.start();
-    DkDvEpilogue<Traits>::store(P, smem, thr_dkv, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV,
-                                tdKVc);
+    Epilogue::store(P, smem, thr_dkv, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc);
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit
     tracer.stop(kTraceMathEpilogue, t_epilogue);
   }

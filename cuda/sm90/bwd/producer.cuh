@@ -9,20 +9,31 @@
 
 #include "cuda/params.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/bwd/trace.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 
 using namespace cute;
 
 // ---- producer warp ------------------------------------------------------------------------------
-template <class Traits, class Storage>
-__device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& smem,
-                                            const int32_t* visit_m) {
+// Per unit the Scheduler publishes (UnitScheduler::published), K and V once and each step's Q/dO
+// stage in visit order (visit_m: the unit's visit order in shared memory).
+template <class Traits_>
+struct WsProducer {
+  using Traits = Traits_;
+  template <class Scheduler, class Storage>
+  __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
+                                             const int32_t* visit_m);
+};
+
+template <class Traits_>
+template <class Scheduler, class Storage>
+__device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>& P,
+                                                        Storage& smem, const int32_t* visit_m) {
   using Element = typename Traits::Element;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using BlockM = typename Traits::BlockM;
@@ -55,7 +66,7 @@ __device__ __forceinline__ void ws_producer(const WsParams<Traits>& P, Storage& 
 
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring, as the math and the writer count it
   WsUnit u;
-  while (UnitScheduler<Traits>::published(P, smem, &u)) {
+  while (Scheduler::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     const int b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;

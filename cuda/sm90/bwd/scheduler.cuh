@@ -6,8 +6,8 @@
 
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 

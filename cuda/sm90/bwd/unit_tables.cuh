@@ -5,9 +5,9 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
-#include "cuda/sm90/bwd/named_barrier.cuh"
 #include "cuda/sm90/bwd/scheduler.cuh"
 #include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 
 namespace jax_dash::sm90::bwd {
 

@@ -11,9 +11,9 @@
 #include <type_traits>
 
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/fwd/named_barrier.cuh"
 #include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace jax_dash::sm90::fwd {

@@ -13,19 +13,44 @@
 
 #include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
-#include "cuda/sm90/fwd/epilogue.cuh"
-#include "cuda/sm90/fwd/named_barrier.cuh"
 #include "cuda/sm90/fwd/pipeline.cuh"
+#include "cuda/sm90/fwd/producer.cuh"
 #include "cuda/sm90/fwd/scheduler.cuh"
 #include "cuda/sm90/fwd/tile.cuh"
 #include "cuda/sm90/fwd/traits.cuh"
 #include "cuda/sm90/mask.cuh"
+#include "cuda/sm90/named_barrier.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace jax_dash::sm90::fwd {
 
-template <class Traits, bool kMask, bool kPersistent, bool kSegments>
+// Each turn barrier (cuda/sm90/named_barrier.cuh kTurnBarrier) counts the two warpgroups that meet
+// there (128 arriving, 128 waiting).
+constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
+
+// kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
+// segment ids, soft cap); calls without them run the kMask = false kernel, compiled as before.
+// kSegments (kMask only): the call has segment ids; its KV ranges are narrowed by segment-id
+// ranges and its tiles tested on them. Masked calls without segment ids run kSegments = false,
+// which has none of that code (it cost the window point 6-9% of its forward when it was there).
+// kPersistent (the scheduler's; JAX_DASH_SM90_FWD=ws-persistent; stage F4): the K/V stage ring and
+// Q's barrier run on across a CTA's tiles, and the math warps release Q (q_empty) after a tile's
+// last S = Q K^T, so the producer loads the next tile's Q and first K/V while the math finishes
+// the tile (last P V, normalisation, epilogue stores). Per tile the arithmetic is the one-tile
+// kernel's: the same bits.
+// The mainloop names the roles that feed it: the producer (TMA loads of the same tiles) and the KV
+// range of each tile under the mask.
+template <class Traits_, bool kMask_, bool kPersistent_, bool kSegments_>
 struct FwdMainloop {
+  using Traits = Traits_;
+  static constexpr bool kMask = kMask_;
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr bool kSegments = kSegments_;
+  static_assert(!kPersistent || !kMask, "the persistent loop is written for the unmasked kernel");
+  static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
+  using Producer = FwdProducer<Traits, kPersistent, kSegments>;
+  using KvRange = FwdKvRange<Traits, kMask, kSegments>;
+
   using Element = typename Traits::ElementType;
   using Params = FwdKernelParams<Traits>;
   using BlockM = typename Traits::BlockM;
@@ -34,11 +59,11 @@ struct FwdMainloop {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
-  using Epilogue = FwdEpilogue<Traits>;
 
-  // Every tile of this CTA, on a math thread (registers already raised). sQ (BLK_M,D), sK
-  // (BLK_N,D,STAGES) and sVt (D,BLK_N,STAGES) are the producer's shared-memory tiles.
-  template <class Scheduler, class KvRange, class TensorQ, class TensorK, class TensorVt>
+  // Every tile of this CTA, on a math thread (registers already raised), each ending with the
+  // Epilogue's store (fwd/epilogue.cuh). sQ (BLK_M,D), sK (BLK_N,D,STAGES) and sVt
+  // (D,BLK_N,STAGES) are the producer's shared-memory tiles.
+  template <class Epilogue, class Scheduler, class TensorQ, class TensorK, class TensorVt>
   __device__ __forceinline__ static void run(const Params& p,
                                              typename Traits::SharedStorage& smem,
                                              const Scheduler& scheduler, const KvRange& kv_range,

@@ -74,6 +74,7 @@ struct FwdTileOrder {
 // One query tile per CTA, tile blockIdx.x of the grid order.
 template <class Params>
 struct FwdOneTileScheduler {
+  static constexpr bool kPersistent = false;
   FwdTileOrder<Params> order;
 
   __device__ explicit FwdOneTileScheduler(const Params& p) : order(p, false) {}
@@ -96,6 +97,7 @@ struct FwdOneTileScheduler {
 // slots r * 2G + 2b and + 1 (pairs of equal work: plain round robin).
 template <class Params>
 struct FwdPersistentTileScheduler {
+  static constexpr bool kPersistent = true;
   FwdTileOrder<Params> order;
 
   __device__ explicit FwdPersistentTileScheduler(const Params& p) : order(p, true) {}

@@ -133,6 +133,18 @@ def embedding_for(name: str):
     return jax_dash.embed
 
 
+def jitted_step(config: str, cfg, loss_chunks: int):
+    """(the jitted training step of recipe `config`, its optimizer); the step donates the
+    parameters and optimizer state. The recipe's XLA flag, where it has one, is the process's
+    to set (child_env)."""
+    import jax
+    recipe = RECIPES[config]
+    optimizer = _train_model.make_optimizer()
+    step = _train_model.make_train_step(cfg, attention_for(recipe.attention),
+                                        embedding_for(recipe.embedding), optimizer, loss_chunks)
+    return jax.jit(step, donate_argnums=(0, 1)), optimizer
+
+
 def params_digest(host_leaves) -> str:
     digest = hashlib.sha256()
     for leaf in host_leaves:
@@ -145,14 +157,9 @@ def train(spec: dict) -> dict:
     import numpy as np
 
     import _worker
-    recipe = RECIPES[spec["config"]]
     cfg = _train_model.ModelConfig(**spec["model"])
-    attention = attention_for(recipe.attention)
-    embed = embedding_for(recipe.embedding)
     out = {"env": _worker.env_info()}
-    optimizer = _train_model.make_optimizer()
-    step = jax.jit(_train_model.make_train_step(cfg, attention, embed, optimizer,
-                                                spec["loss_chunks"]), donate_argnums=(0, 1))
+    step, optimizer = jitted_step(spec["config"], cfg, spec["loss_chunks"])
     init = jax.jit(lambda key: _train_model.init_params(cfg, key))
     batches = jax.device_put(_train_model.random_batches(
         spec["seed"], spec["steps"], spec["batch"], spec["seq"], cfg.vocab))

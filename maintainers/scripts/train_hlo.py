@@ -28,12 +28,9 @@ def main():
     import jax
     import _train_model
     cfg = _train_model.ModelConfig()
-    recipe = bench_train.RECIPES[args.config]
     batch = bench_train.batch_for(args.seq, args.tokens)
-    optimizer = _train_model.make_optimizer()
-    step = jax.jit(_train_model.make_train_step(
-        cfg, bench_train.attention_for(recipe.attention), bench_train.embedding_for(recipe.embedding),
-        optimizer, bench_train.loss_chunks_for(batch * args.seq, 0)), donate_argnums=(0, 1))
+    step, optimizer = bench_train.jitted_step(args.config, cfg,
+                                              bench_train.loss_chunks_for(batch * args.seq, 0))
     params = jax.eval_shape(lambda k: _train_model.init_params(cfg, k), jax.random.key(0))
     opt_state = jax.eval_shape(optimizer.init, params)
     tokens = jax.ShapeDtypeStruct((batch, args.seq + 1), "int32")

@@ -51,11 +51,8 @@ def main():
 
     cfg = _train_model.ModelConfig()
     batch = bench_train.batch_for(args.seq, args.tokens)
-    chunks = bench_train.loss_chunks_for(batch * args.seq, 0)
-    optimizer = _train_model.make_optimizer()
-    step = jax.jit(_train_model.make_train_step(cfg, bench_train.attention_for(recipe.attention),
-                                                bench_train.embedding_for(recipe.embedding),
-                                                optimizer, chunks), donate_argnums=(0, 1))
+    step, optimizer = bench_train.jitted_step(args.config, cfg,
+                                              bench_train.loss_chunks_for(batch * args.seq, 0))
     params = jax.jit(lambda key: _train_model.init_params(cfg, key))(jax.random.key(0))
     opt_state = jax.jit(optimizer.init)(params)
     batches = jax.device_put(_train_model.random_batches(0, 3 + args.steps, batch, args.seq, cfg.vocab))

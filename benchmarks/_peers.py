@@ -30,6 +30,7 @@ Wrong and is reported as wrong at that point, never as a speed.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -307,15 +308,17 @@ def check_against_reference(fn, q, k, v, dout, *, is_causal: bool, atol: float =
 
     masks = {} if window is None else {"local_window_size": tuple(window)}
 
-    def run_ref(compute_dtype):
+    def run_ref(qs, ks, vs, ds, *, compute_dtype):
         out, lse = ref_mod.reference_forward(qs, ks, vs, is_causal=is_causal,
                                              compute_dtype=compute_dtype, **masks)
         grads = ref_mod.reference_backward(qs, ks, vs, out, lse, ds, is_causal=is_causal,
                                            compute_dtype=compute_dtype, **masks)
         return (out, *grads)
 
-    ref = jax.jit(lambda: run_ref(jnp.float32))()
-    naive = jax.jit(lambda: run_ref(q.dtype))()
+    # The inputs are arguments, not closed-over constants: XLA would constant-fold the reference's
+    # S^2 matmuls at compile time (20-80 s a point on an H100 in the seventeenth session's call 1).
+    ref = jax.jit(functools.partial(run_ref, compute_dtype=jnp.float32))(qs, ks, vs, ds)
+    naive = jax.jit(functools.partial(run_ref, compute_dtype=q.dtype))(qs, ks, vs, ds)
     check = {"criterion": "max|peer - ref_fp32| <= 2 * max|naive_lowp - ref_fp32| + atol",
              "atol": atol, "slice": {"batch": nb, "heads": q_keep, "kv_heads": kv_keep},
              "tensors": {}}

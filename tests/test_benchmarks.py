@@ -329,3 +329,18 @@ def test_mask_points_run_on_cpu(tmp_path):
     assert records["causal"]["visible_pairs_per_row_head"] == 256 * 257 // 2
     for r in records.values():
         assert r["fwd_tflops"] > 0 and r["bwd_tflops"] > 0 and r["heads"] == 2
+
+
+def test_plots_of_merged_runs_skip_the_empty_panels(tmp_path):
+    """Runs merged into one results.json (bench_attention --out DIR, run twice) need not fill the
+    head_dim x mask grid: the plot leaves such a panel empty (it raised IndexError)."""
+    pytest.importorskip("matplotlib")
+    path = Path(__file__).resolve().parents[1] / "benchmarks/results/2026-11-26-h200-peers/results.json"
+    data = json.loads(path.read_text())
+    data["records"] = {k: r for k, r in data["records"].items()
+                       if not (r["item"].get("point") or {}).get("head_dim") == 128
+                       or r["item"]["point"]["mask"] == "causal"}
+    assert any((r["item"].get("point") or {}).get("head_dim") == 64 for r in data["records"].values())
+    written = _report.write_plots(data, tmp_path)
+    assert set(written) >= {"bwd_tflops.png", "fwd_tflops.png"}
+    assert all((tmp_path / name).stat().st_size > 0 for name in written)

@@ -37,6 +37,21 @@ __device__ __forceinline__ void zero_plus_all(Frag& f) {
   for (int i = 0; i < size(f); ++i) f(i) = zero_plus(f(i));
 }
 
+// The per-query values (lse, dsum) of a thread's S^T fragment columns, read in pairs: elements
+// 2i and 2i+1 of the accumulator are adjacent q columns (value mode (2, 2, Bm/8) of the wgmma C
+// layout, the first column even), so one 64-bit shared-memory load serves both. The scalar reads
+// they replace were 32 loads a step.
+template <int kN, class Coords>
+__device__ __forceinline__ void load_column_pairs(const float* values, const Coords& tScS,
+                                                  float (&out)[kN]) {
+  CUTE_UNROLL
+  for (int i = 0; i < kN; i += 2) {
+    const float2 v = *reinterpret_cast<const float2*>(values + get<1>(tScS(i)));
+    out[i] = v.x;
+    out[i + 1] = v.y;
+  }
+}
+
 // ---- math warpgroups ----------------------------------------------------------------------------
 // The math warpgroups' unit loop: fetch a unit from the Scheduler (UnitScheduler), write its visit
 // order and tickets to shared memory (visit_m, visit_ticket), run its steps, and end it with the
@@ -102,19 +117,31 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
   const bool first_warpgroup = tid < 128;
   auto thr_dkv = mma_dkv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
+  // The wgmma operands from shared memory (descriptors) depend on the warpgroup only: they are
+  // partitioned by slices of the warpgroup's first thread, whose index the compiler knows to be
+  // warp-uniform (a shuffle of lane 0's value). Sliced by tid instead, every descriptor was built
+  // in per-thread registers, kept across the unit (stack slots) and moved to uniform registers
+  // before each wgmma: ~70 instructions a step of 616 (the seventeenth session's ncu against FA3).
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
+  auto wg_sdp = mma_sdp.get_thread_slice((warpgroup * 128) % Traits::kSdPThreads);
+  auto wg_dkv = mma_dkv.get_thread_slice(warpgroup * 128);
+  auto wg_dq = mma_dq.get_thread_slice(warpgroup * 128);
+  // dS^T from the S^T/dP^T accumulators to shared memory (not kSplitD: see the step loop).
+  auto smem_copy_dS = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto thr_copy_dS = smem_copy_dS.get_thread_slice(tid % Traits::kSdPThreads);
 
   // kSplitD: the two 64-column halves of this warpgroup's dQ (TiledMmadQHalf), B = K^T rows
   // [128 w + 64 h, +64) of the (d, Bn) view.
   typename Traits::TiledMmadQHalf mma_dq_half;
-  auto thr_dq_half = mma_dq_half.get_thread_slice(tid % 128);
-  const int dq_block0 = 2 * (tid / 128);
-  Tensor tdQrKt0 = thr_dq_half.partition_fragment_B(
+  auto wg_dq_half = mma_dq_half.get_thread_slice(0);
+  const int dq_block0 = 2 * warpgroup;
+  Tensor tdQrKt0 = wg_dq_half.partition_fragment_B(
       local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0, _0{})));
-  Tensor tdQrKt1 = thr_dq_half.partition_fragment_B(
+  Tensor tdQrKt1 = wg_dq_half.partition_fragment_B(
       local_tile(sKt, Shape<_64, BlockN>{}, make_coord(dq_block0 + 1, _0{})));
-  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
-  Tensor tSrV = thr_sdp.partition_fragment_A(sV);
-  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+  Tensor tSrK = wg_sdp.partition_fragment_A(sK);  // (MMA, MMA_M, MMA_K) descriptors
+  Tensor tSrV = wg_sdp.partition_fragment_A(sV);
+  Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);
 
   Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
@@ -218,13 +245,14 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
       Tensor sQt = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQt{});
       Tensor sdOt = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQt{});
-      Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);
-      Tensor tSrdO = thr_sdp.partition_fragment_B(sdO);
+      Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);
+      Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
       gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
       gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
 
       const float* s_lse = smem.lse_log2[stage];
       const float* s_dsum = smem.dsum[stage];
+      constexpr int kFrag = decltype(size(tSrS))::value;
       const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
       // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
       // lse_log2 = +inf, so their P is already 0).
@@ -251,6 +279,8 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       } else {
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
+        float lse[kFrag];
+        load_column_pairs(s_lse, tScS, lse);
         // The mask test is per tile (need_mask), so the element loop has no branch in it: the
         // masked and the unmasked tile each get their own straight-line loop (the same
         // arithmetic).
@@ -259,7 +289,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           constexpr bool kSegments = decltype(segments)::value;
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {
-            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -lse[i]));
             const bool visible = policy.template visible<kSegments>(q0 + get<1>(tScS(i)),
                                                                     kv0 + get<0>(tScS(i)));
             tSrS(i) = visible ? prob : 0.f;
@@ -274,29 +304,30 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           for (int i = 0; i < size(tSrS); ++i) {
             const int64_t kv_row = kv0 + get<0>(tScS(i));  // kv row
             const int64_t q_row = q0 + get<1>(tScS(i));    // q row
-            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -lse[i]));
             const bool hidden = kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
             tSrS(i) = hidden ? 0.f : prob;
           }
         } else {
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {
-            tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -s_lse[get<1>(tScS(i))]));
+            tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -lse[i]));
           }
         }
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrdP);
+        float dsum[kFrag];
+        load_column_pairs(s_dsum, tScS, dsum);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrdP); ++i) {
-          tSrdP(i) = tSrS(i) * (tSrdP(i) - s_dsum[get<1>(tScS(i))]);
+          tSrdP(i) = tSrS(i) * (tSrdP(i) - dsum[i]);
         }
       }
       Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
       Tensor sdS = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutdS{});
-      Tensor tPsdSt = thr_sdp.partition_C(sdSt);
-      Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
-      Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);
-      Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+      Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);
+      Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);
+      Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
       // P^T and dS^T in 16 bits, in the accumulator's register order.
       Tensor rP = make_tensor<Element>(tSrS.layout());
       Tensor rdS = make_tensor<Element>(tSrdP.layout());
@@ -322,12 +353,21 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         named_barrier_sync(kMathBarrier, kMathThreads);
         tracer.stop(kTraceMathWaitPdS, t_ds);
       }
-      // Elements 2i, 2i+1 are adjacent q columns of one kv row: one 32-bit store per pair.
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); i += 2) {
-        // kSplitD: both warpgroups hold the whole tile; each stores its half of the fragment.
-        if (Traits::kSplitD && (i < size(tSrS) / 2) != first_warpgroup) continue;
-        st_shared_u32(&tPsdSt(i), pack_pair(rdS(i), rdS(i + 1)));
+      if constexpr (Traits::kSplitD) {
+        // Elements 2i, 2i+1 are adjacent q columns of one kv row: one 32-bit store per pair.
+        // Both warpgroups hold the whole tile; each stores its half of the fragment.
+        Tensor tPsdSt = thr_sdp.partition_C(sdSt);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); i += 2) {
+          if ((i < size(tSrS) / 2) != first_warpgroup) continue;
+          st_shared_u32(&tPsdSt(i), pack_pair(rdS(i), rdS(i + 1)));
+        }
+      } else {
+        // stmatrix: four 8 x 8 matrices of 16-bit values a warp instruction (8 of a thread's
+        // elements), the swizzled addresses computed by CuTe as 32-bit shared-memory offsets.
+        // The 32-bit stores it replaces each built a 64-bit generic address with the swizzle in
+        // 64-bit arithmetic: 16 stores and ~60 address instructions a step.
+        cute::copy(smem_copy_dS, thr_copy_dS.retile_S(rdS), thr_copy_dS.partition_D(sdSt));
       }
       fence_async_shared();  // generic smem stores -> wgmma reads
       const long long t_pds = tracer.start();
@@ -363,7 +403,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         if constexpr (Traits::kSplitD) {
           // Half h's 32 values are chunks 8h..8h+7 of the fragment: half 0 to Q's buffer, half 1
           // to dO's.
-          Tensor tdQrdS_h = thr_dq_half.partition_fragment_A(sdS);
+          Tensor tdQrdS_h = wg_dq_half.partition_fragment_A(sdS);
           auto half = [&](const auto& tdQrKt_h, float4* dst) JAX_DASH_INLINE {
             Tensor acc = partition_fragment_C(mma_dq_half, Shape<BlockM, _64>{});
             static_assert(decltype(size(acc))::value * 2 == Traits::kdQFloatsPerThread);

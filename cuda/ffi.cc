@@ -87,7 +87,7 @@ ffi::Error describe_dropout(const DropoutOperands* d, AttentionParams* p) {
   p->has_dropout = true;
   p->dropout_key0 = d->key->typed_data()[0];
   p->dropout_key1 = d->key->typed_data()[1];
-  p->dropout_threshold = static_cast<uint32_t>(d->threshold);
+  p->dropout_threshold = static_cast<uint16_t>(d->threshold);
   p->dropout_scale = d->keep_scale;
   p->dropout_offsets = d->offsets->typed_data();
   return ffi::Error::Success();
@@ -368,15 +368,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCpu, jax_dash::SegmentSumCpuImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()   // offsets [num_segments + 1]
 );
 
-// Dropout on a GPU (the Hopper kernels do not apply it yet): a call fails with a message that says
-// so, not "no handler for platform CUDA".
-static ffi::Error DropoutNotOnGpuImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary) {
+// The backward with dropout on a GPU: the Hopper backward does not apply dropout yet, so a call
+// fails with a message that says so, not "no handler for platform CUDA". (The Hopper forward
+// does: JaxDashFwdDropoutCuda, cuda/sm90/ffi_sm90.cu.)
+static ffi::Error DropoutBwdNotOnGpuImpl(ffi::RemainingArgs, ffi::RemainingRets,
+                                         ffi::Dictionary) {
   return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                    "jax_dash: dropout_rate > 0 runs on the CPU kernels only for now; the Hopper "
-                    "kernels do not apply dropout yet (issue 33). Use dropout_rate=0.0 on the "
-                    "GPU, or jax.nn.dot_product_attention");
+                    "jax_dash: the gradient of attention with dropout_rate > 0 runs on the CPU "
+                    "kernels only for now; the Hopper backward does not apply dropout yet (issue "
+                    "33; the Hopper forward does). Use dropout_rate=0.0 for training on the GPU, "
+                    "or jax.nn.dot_product_attention");
 }
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashDropoutNotOnGpu, DropoutNotOnGpuImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashDropoutBwdNotOnGpu, DropoutBwdNotOnGpuImpl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()               // any operands
                                   .RemainingRets()               // any results
@@ -392,6 +395,12 @@ static ffi::Error CudaNotBuiltImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::
                     "on the CPU");
 }
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, CudaNotBuiltImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
+);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCuda, CudaNotBuiltImpl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()               // any operands
                                   .RemainingRets()               // any results
@@ -432,11 +441,11 @@ NB_MODULE(_jax_dash, m) {
     bwd["CUDA"] = encapsulate(JaxDashBwdCuda);
     targets["jax_dash_fwd"] = fwd;
     targets["jax_dash_bwd"] = bwd;
-    nb::dict fwd_dropout, bwd_dropout;  // the CPU kernels only, for now
+    nb::dict fwd_dropout, bwd_dropout;  // the Hopper backward refuses dropout, for now
     fwd_dropout["cpu"] = encapsulate(JaxDashFwdDropoutCpu);
     bwd_dropout["cpu"] = encapsulate(JaxDashBwdDropoutCpu);
-    fwd_dropout["CUDA"] = encapsulate(JaxDashDropoutNotOnGpu);
-    bwd_dropout["CUDA"] = encapsulate(JaxDashDropoutNotOnGpu);
+    fwd_dropout["CUDA"] = encapsulate(JaxDashFwdDropoutCuda);
+    bwd_dropout["CUDA"] = encapsulate(JaxDashDropoutBwdNotOnGpu);
     targets["jax_dash_fwd_dropout"] = fwd_dropout;
     targets["jax_dash_bwd_dropout"] = bwd_dropout;
     nb::dict segment_sum;

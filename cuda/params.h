@@ -67,15 +67,18 @@ struct AttentionParams {
   float* workspace_f32;    // laid out by bwd_workspace_layout()
   int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
 
-  // Attention dropout (cuda/dropout.h; the CPU kernels only, for now): with has_dropout the
+  // Attention dropout (cuda/dropout.h; the CPU kernels and the Hopper forward): with has_dropout the
   // probability of the call's element (b, h, i, j) is kept iff dropout_keep(dropout_key0,
   // dropout_key1, dropout_threshold, b + o[0], h + o[1], i + o[2], j + o[3]) with
   // o = dropout_offsets (uint32 additions), and then scaled by dropout_scale = 1 / (1 - rate).
   // The softmax's normalization uses every probability.
+  // The threshold is 16 bits (a draw is): with it beside has_dropout the struct keeps its size
+  // with dropout_key_ptr below, so the kernels that take AttentionParams by value (the backward's)
+  // compile to the same code as before the pointer (maintainers/perf-notes.md, issue 33).
   bool has_dropout;
+  uint16_t dropout_threshold;
   uint32_t dropout_key0;
   uint32_t dropout_key1;
-  uint32_t dropout_threshold;
   float dropout_scale;
   // The global coordinates of the call's element (0, 0, 0, 0): int32 [4] = (batch, head, q, kv),
   // each >= 0, an FFI operand (traced under shard_map and the ring, where a call is one block of a
@@ -84,6 +87,11 @@ struct AttentionParams {
   // that kernels read (never the host: no sync); on the CPU a host pointer. Read only with
   // has_dropout.
   const int32_t* dropout_offsets;
+  // The GPU's dropout key: uint32 [2] (the FFI operand, a device buffer that the handler cannot
+  // read without a sync), read by the kernels once per CTA in place of dropout_key0/1; nullptr on
+  // the CPU, whose handlers copy the host key into dropout_key0/1. At the end of the struct so that
+  // no field before it moves.
+  const uint32_t* dropout_key_ptr;
 };
 
 // The schedules' view of a call (cuda/schedule.h): its tiles, extents, band and wave width. The

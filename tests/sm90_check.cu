@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/dropout.h"
 #include "cuda/params.h"
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
@@ -620,6 +621,147 @@ bool run_case(const Case& c) {
   return ok;
 }
 
+// ---- dropout (issue 33): the forward against an fp64 reference with the same keep mask ----------
+
+// A call's dropout: rate, key and the global offsets (batch, head, q, kv) of its element 0.
+struct DropoutCase {
+  double rate;
+  uint32_t key[2];
+  int32_t offsets[4];
+  uint32_t threshold() const {  // cuda/dropout.h: min(65535, floor(rate * 65536 + 0.5))
+    return static_cast<uint32_t>(std::min(65535.0, std::floor(rate * 65536.0 + 0.5)));
+  }
+  float keep_scale() const { return static_cast<float>(1.0 / (1.0 - rate)); }
+};
+
+// fp64 forward with dropout: the probabilities of the undropped softmax (lse unchanged), each
+// multiplied by 0 or keep_scale as dropout_keep says at the element's global coordinates (the CPU
+// kernels' formula, cuda/cpu/attention_cpu.cc dropout_factor).
+std::vector<double> reference_dropout_out(const Case& c, const DropoutCase& dc,
+                                          const std::vector<uint16_t>& q,
+                                          const std::vector<uint16_t>& k,
+                                          const std::vector<uint16_t>& v, double scale) {
+  const int D = c.head_dim, group = c.heads / c.kv_heads;
+  std::vector<double> out(q_elems(c), 0.0), p(c.seq_kv);
+  const auto global = [](int64_t local, int32_t start) {
+    return static_cast<uint32_t>(local) + static_cast<uint32_t>(start);
+  };
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads; ++h)
+      for (int64_t i = 0; i < c.seq_q; ++i) {
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < c.seq_kv; ++j) {
+          p[j] = -std::numeric_limits<double>::infinity();
+          if (!host_visible(c, b, i, j)) continue;
+          double dot = 0;
+          for (int d = 0; d < D; ++d)
+            dot += from_bits(q[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
+                   from_bits(k[idx(c, b, j, c.seq_kv, h / group, c.kv_heads, d)], c.dtype);
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        if (mx == -std::numeric_limits<double>::infinity()) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < c.seq_kv; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = 0; j < c.seq_kv; ++j) {
+          const bool keep = jax_dash::dropout_keep(
+              dc.key[0], dc.key[1], dc.threshold(), global(b, dc.offsets[0]),
+              global(h, dc.offsets[1]), global(i, dc.offsets[2]), global(j, dc.offsets[3]));
+          const double z = keep ? static_cast<double>(dc.keep_scale()) : 0.0;
+          const double prob = std::exp(p[j] - mx) / sum * z;
+          if (prob == 0.0) continue;
+          for (int d = 0; d < D; ++d)
+            out[idx(c, b, i, c.seq_q, h, c.heads, d)] +=
+                prob * from_bits(v[idx(c, b, j, c.seq_kv, h / group, c.kv_heads, d)], c.dtype);
+        }
+      }
+  return out;
+}
+
+// The forward with dropout: out against reference_dropout_out, lse against the undropped
+// reference's, and the same bits on a second run (the mask is a function of the key and the
+// coordinates alone).
+bool run_dropout_case(const Case& c, const DropoutCase& dc) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  std::printf("dropout case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s rate %.2f offsets "
+              "(%d, %d, %d, %d)%s\n",
+              static_cast<long long>(c.batch), static_cast<long long>(c.seq_q),
+              static_cast<long long>(c.seq_kv), c.heads, c.kv_heads, c.head_dim,
+              c.causal ? "causal" : "full", c.dtype == DType::kBFloat16 ? "bf16" : "fp16",
+              dc.rate, dc.offsets[0], dc.offsets[1], dc.offsets[2], dc.offsets[3],
+              c.has_mask() ? " masked" : "");
+  const auto hq = random_tensor(q_elems(c), c.dtype, 1);
+  const auto hk = random_tensor(kv_elems(c), c.dtype, 2);
+  const auto hv = random_tensor(kv_elems(c), c.dtype, 3);
+  const auto hdo = random_tensor(q_elems(c), c.dtype, 4);
+  const Reference undropped = reference(c, hq, hk, hv, hdo, scale);
+  const std::vector<double> ref_out = reference_dropout_out(c, dc, hq, hk, hv, scale);
+  const double tol = c.dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+  DeviceProblem d(c, scale);
+  d.q.upload(hq);
+  d.k.upload(hk);
+  d.v.upload(hv);
+  DeviceBuffer<uint32_t> key(2);
+  DeviceBuffer<int32_t> offsets(4);
+  key.upload({dc.key[0], dc.key[1]});
+  offsets.upload({dc.offsets[0], dc.offsets[1], dc.offsets[2], dc.offsets[3]});
+  d.p.has_dropout = true;
+  d.p.dropout_threshold = dc.threshold();
+  d.p.dropout_scale = dc.keep_scale();
+  d.p.dropout_key_ptr = key.ptr;
+  d.p.dropout_offsets = offsets.ptr;
+  bool ok = true;
+  std::vector<uint16_t> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    d.out.poison();
+    d.lse.poison();
+    CHECK_CUDA(jax_dash::sm90::run_fwd(d.p, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const auto o = d.out.download();
+    if (rep == 0) {
+      ok &= compare("fwd", "out", widen(o, c.dtype), ref_out, tol);
+      const auto l = d.lse.download();
+      ok &= compare_lse(std::vector<double>(l.begin(), l.end()), undropped.lse);
+      first = o;
+    } else {
+      std::printf("  fwd   bitwise repeatable: %s\n", o == first ? "ok" : "FAIL");
+      ok &= o == first;
+    }
+  }
+  return ok;
+}
+
+// Both kernels (unmasked, masked), every head dim and dtype, causal and not, GQA, seq_q != seq_kv,
+// offsets on the 16-element Philox blocks (one call per 8 elements) and off them (the per-element
+// fallback), and a rate of 0.5 beside 0.1.
+int dropout_cases() {
+  constexpr DType bf16 = DType::kBFloat16, fp16 = DType::kFloat16;
+  constexpr Schedule any = Schedule::kDescending;  // the forward has no schedule
+  struct Item {
+    Case c;
+    DropoutCase dc;
+  };
+  Case windowed{2, 300, 300, 4, 2, 128, true, any, bf16};
+  windowed.window_left = 100;
+  windowed.lengths = true;
+  Case segmented{1, 400, 400, 2, 1, 64, false, any, fp16};
+  segmented.segment_length = 90;
+  const Item items[] = {
+      {{1, 300, 300, 2, 2, 64, false, any, bf16}, {0.1, {0x12345678u, 0x9abcdef0u}, {0, 0, 0, 0}}},
+      {{2, 256, 384, 4, 2, 128, true, any, fp16}, {0.1, {1u, 2u}, {3, 5, 512, 1024}}},
+      {{1, 200, 200, 2, 1, 256, true, any, bf16}, {0.5, {7u, 11u}, {1, 2, 48, 16}}},
+      {{2, 150, 330, 4, 2, 64, false, any, fp16}, {0.1, {0xdeadbeefu, 3u}, {0, 1, 7, 3}}},
+      {{1, 333, 333, 2, 2, 128, true, any, bf16}, {0.2, {5u, 6u}, {2, 0, 13, 250}}},
+      {windowed, {0.1, {8u, 9u}, {4, 2, 1024, 2048}}},
+      {segmented, {0.1, {10u, 12u}, {0, 3, 5, 21}}},
+  };
+  int failed = 0;
+  for (const Item& item : items) failed += run_dropout_case(item.c, item.dc) ? 0 : 1;
+  const size_t n = sizeof(items) / sizeof(items[0]);
+  std::printf("%s: %d of %zu dropout cases failed\n", failed ? "FAIL" : "PASS", failed, n);
+  return failed ? 1 : 0;
+}
+
 // The outputs of one case's forward (out, lse) and backward (dq, dk, dv, from the forward's out and
 // lse) with the environment variable `var` set to `value` ("" = unset) for the call.
 struct Outputs {
@@ -835,12 +977,14 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "bench") == 0) return bench(argc, argv);
   const bool compare_variants = argc == 2 && std::strcmp(argv[1], "variants") == 0;
   const bool mask_cases = argc == 2 && std::strcmp(argv[1], "masks") == 0;
-  if (argc > 1 && !compare_variants && !mask_cases) {
+  const bool dropout_mode = argc == 2 && std::strcmp(argv[1], "dropout") == 0;
+  if (argc > 1 && !compare_variants && !mask_cases && !dropout_mode) {
     std::fprintf(stderr, "usage: %s            (small checks)\n"
                          "       %s variants   (kernel variants' bits)\n"
                          "       %s masks      (window, lengths, segments, soft cap)\n"
+                         "       %s dropout    (the forward with attention dropout)\n"
                          "       %s bench B S H Hkv D causal schedule iters\n",
-                 argv[0], argv[0], argv[0], argv[0]);
+                 argv[0], argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   int major = 0, minor = 0;
@@ -851,6 +995,7 @@ int main(int argc, char** argv) {
                  minor);
     return 2;
   }
+  if (dropout_mode) return dropout_cases();
   constexpr DType bf16 = DType::kBFloat16, fp16 = DType::kFloat16;
   // Small enough for the sanitizers (which slow kernels by 10-100x), large enough for several
   // tiles, partial tiles, GQA, seq_q != seq_kv and every schedule's own path.

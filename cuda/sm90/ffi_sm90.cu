@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -110,13 +111,46 @@ ffi::Error check_gpu_bwd_mask(const AttentionParams& p) {
                         "shared-memory tables; got seq_q=" + std::to_string(p.seq_q));
 }
 
-ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
-                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
-                   ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
-                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
-                   bool has_segment_ids, ffi::Result<ffi::AnyBuffer> out,
-                   ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+// The dropout operands of jax_dash_fwd_dropout on the GPU: key (uint32 [2]) and offsets (int32 [4])
+// are device buffers, so only their shapes are checked here (the CPU handler also checks the
+// offsets' values; jax_dash/dropout.py builds them >= 0); the kernels read them.
+struct GpuDropoutOperands {
+  const ffi::Buffer<ffi::U32>* key;
+  const ffi::Buffer<ffi::S32>* offsets;
+  int64_t threshold;
+  float keep_scale;
+};
+
+ffi::Error describe_gpu_dropout(const GpuDropoutOperands* d, AttentionParams* p) {
+  if (d == nullptr) return ffi::Error::Success();
+  if (!has_dims(d->key->dimensions(), {2}))
+    return ffi::Error::InvalidArgument("jax_dash: the dropout key has shape " +
+                                       dims_string(d->key->dimensions()) + ", expected [2]");
+  if (!has_dims(d->offsets->dimensions(), {4}))
+    return ffi::Error::InvalidArgument("jax_dash: dropout_offsets has shape " +
+                                       dims_string(d->offsets->dimensions()) +
+                                       ", expected [4] (batch, head, q, kv)");
+  if (d->threshold < 0 || d->threshold > 65535 || !(d->keep_scale >= 1.0f) ||
+      !std::isfinite(d->keep_scale))
+    return ffi::Error::InvalidArgument("jax_dash: dropout_threshold=" +
+                                       std::to_string(d->threshold) + " (0..65535) and " +
+                                       "dropout_scale=" + std::to_string(d->keep_scale) +
+                                       " (finite, >= 1) out of range");
+  p->has_dropout = true;
+  p->dropout_threshold = static_cast<uint16_t>(d->threshold);
+  p->dropout_scale = d->keep_scale;
+  p->dropout_key_ptr = d->key->typed_data();
+  p->dropout_offsets = d->offsets->typed_data();
+  return ffi::Error::Success();
+}
+
+ffi::Error Fwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+               ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+               ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+               ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
+               int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+               bool has_segment_ids, const GpuDropoutOperands* dropout,
+               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::Buffer<ffi::F32>> lse) {
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -124,6 +158,7 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           window_left,    window_right,    logits_soft_cap, has_seq_lengths,
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = describe_gpu_dropout(dropout, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (out->element_type() != q.element_type() ||
@@ -146,6 +181,35 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
     return cuda_error("forward kernel launch failed", err);
   }
   return ffi::Error::Success();
+}
+
+ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+                   ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
+                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+                   bool has_segment_ids, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  return Fwd(stream, q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
+             is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
+             has_segment_ids, nullptr, out, lse);
+}
+
+ffi::Error FwdDropoutImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                          ffi::AnyBuffer v, ffi::Buffer<ffi::S32> q_seq_lengths,
+                          ffi::Buffer<ffi::S32> kv_seq_lengths,
+                          ffi::Buffer<ffi::S32> q_segment_ids,
+                          ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale,
+                          ffi::Buffer<ffi::U32> key, ffi::Buffer<ffi::S32> offsets,
+                          bool is_causal, int64_t window_left, int64_t window_right,
+                          float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+                          int64_t dropout_threshold, float dropout_scale,
+                          ffi::Result<ffi::AnyBuffer> out,
+                          ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+  const GpuDropoutOperands dropout{&key, &offsets, dropout_threshold, dropout_scale};
+  return Fwd(stream, q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
+             is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
+             has_segment_ids, &dropout, out, lse);
 }
 
 ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
@@ -250,6 +314,33 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, jax_dash::sm90::FwdImpl,
                                   .Attr<float>("logits_soft_cap")            // 0: none
                                   .Attr<bool>("has_seq_lengths")             // lengths used
                                   .Attr<bool>("has_segment_ids")             // segments used
+                                  .Ret<ffi::AnyBuffer>()                     // out
+                                  .Ret<ffi::Buffer<ffi::F32>>()              // lse
+);
+
+// The forward with dropout (issue 33): the dropout key and offsets after the other operands, two
+// attributes more (as the CPU's JaxDashFwdDropoutCpu).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCuda, jax_dash::sm90::FwdDropoutImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // stream
+                                  .Arg<ffi::AnyBuffer>()                     // q
+                                  .Arg<ffi::AnyBuffer>()                     // k
+                                  .Arg<ffi::AnyBuffer>()                     // v
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_segment_ids
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
+                                  .Arg<ffi::Buffer<ffi::U32>>()              // dropout key [2]
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // dropout_offsets [4]
+                                  .Attr<bool>("is_causal")                   // is_causal
+                                  .Attr<int64_t>("window_left")              // -1: unbounded
+                                  .Attr<int64_t>("window_right")             // -1: unbounded
+                                  .Attr<float>("logits_soft_cap")            // 0: none
+                                  .Attr<bool>("has_seq_lengths")             // lengths used
+                                  .Attr<bool>("has_segment_ids")             // segments used
+                                  .Attr<int64_t>("dropout_threshold")        // keep a draw >= this
+                                  .Attr<float>("dropout_scale")              // 1 / (1 - rate)
                                   .Ret<ffi::AnyBuffer>()                     // out
                                   .Ret<ffi::Buffer<ffi::F32>>()              // lse
 );

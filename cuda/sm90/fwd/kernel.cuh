@@ -23,8 +23,8 @@
 // FwdKernel<Mainloop, Epilogue, Scheduler> only sets up the barriers, moves registers between
 // warpgroups and dispatches the roles, each in its own file: the mainloop (FwdMainloop,
 // mainloop.cuh: the math warpgroups' tile loop, which names its producer, FwdProducer in
-// producer.cuh, and its KV ranges, FwdKvRange in tile.cuh), the epilogue policy (epilogue.cuh), the
-// tile scheduler (scheduler.cuh). The launch (launch.cu) picks the three types per instantiation
+// producer.cuh, its KV ranges, FwdKvRange in tile.cuh, and with kDropout the keep mask, FwdDropout
+// in dropout.cuh), the epilogue policy (epilogue.cuh), the tile scheduler (scheduler.cuh). The launch (launch.cu) picks the three types per instantiation
 // (FwdKernelFor); fwd_kernel is the __global__ over such a type. traits.cuh holds the shapes, the
 // shared storage and the parameters, pipeline.cuh the ring's stage and phase, and
 // cuda/sm90/named_barrier.cuh the barrier ids of both directions.
@@ -53,7 +53,7 @@ struct FwdKernel {
   using Epilogue = Epilogue_;
   using Scheduler = Scheduler_;
   using Traits = typename Mainloop::Traits;
-  using Params = FwdKernelParams<Traits>;
+  using Params = typename Mainloop::Params;  // FwdKernelParams, or with dropout's operands
   using Producer = typename Mainloop::Producer;
   using KvRange = typename Mainloop::KvRange;
   // The persistent mainloop and producer carry their pipelines across the scheduler's tiles.
@@ -118,15 +118,16 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1)
 // blockIdx.x + gridDim.x, ... (heaviest first, as the one-tile grid orders them; scheduler.cuh);
 // kNarrow: the unmasked kernel with kNarrowRows' 128-row query tiles (head_dim 64, whose tile
 // table says 192): JAX_DASH_SM90_FWD=ws-persistent-narrow. A row's arithmetic does not depend on
-// the query tile: the same bits. The epilogue policy is the traits' (kTmaStoreO).
-template <class Traits, bool kMask, bool kPersistent, bool kSegments>
-using FwdKernelWith = FwdKernel<FwdMainloop<Traits, kMask, kPersistent, kSegments>,
+// the query tile: the same bits. kDropout: attention dropout (fwd/dropout.cuh; one-tile kernels
+// only). The epilogue policy is the traits' (kTmaStoreO).
+template <class Traits, bool kMask, bool kPersistent, bool kSegments, bool kDropout>
+using FwdKernelWith = FwdKernel<FwdMainloop<Traits, kMask, kPersistent, kSegments, kDropout>,
                                 FwdEpilogue<Traits>,
                                 FwdScheduler<kPersistent, FwdKernelParams<Traits>>>;
 template <class Element, int kHeadDim, bool kMask, bool kPersistent = false,
-          bool kSegments = false, bool kNarrow = false>
+          bool kSegments = false, bool kNarrow = false, bool kDropout = false>
 using FwdKernelFor =
     FwdKernelWith<FwdKernelTraits<Element, kHeadDim, kMask || kNarrow, kPersistent>, kMask,
-                  kPersistent, kSegments>;
+                  kPersistent, kSegments, kDropout>;
 
 }  // namespace jax_dash::sm90::fwd

@@ -21,21 +21,30 @@ namespace {
 
 using fwd::launch_fwd;
 
-template <bool kMask, bool kPersistent = false, bool kSegments = false>
+template <bool kMask, bool kPersistent = false, bool kSegments = false, bool kDropout = false>
 cudaError_t dispatch_fwd(const AttentionParams& p, cudaStream_t stream) {
   using Bf16 = cutlass::bfloat16_t;
   using Half = cutlass::half_t;
   const bool bf16 = p.dtype == DType::kBFloat16;
   switch (p.head_dim) {
-    case 64:
-      return bf16 ? launch_fwd<Bf16, 64, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 64, kMask, kPersistent, kSegments>(p, stream);
+    case 64: {
+      // Unmasked dropout at head_dim 64: 128-row tiles (fwd/instantiate.cu.in says why).
+      constexpr bool kNarrow = kDropout && !kMask;
+      return bf16 ? launch_fwd<Bf16, 64, kMask, kPersistent, kSegments, kNarrow, kDropout>(
+                        p, stream)
+                  : launch_fwd<Half, 64, kMask, kPersistent, kSegments, kNarrow, kDropout>(
+                        p, stream);
+    }
     case 128:
-      return bf16 ? launch_fwd<Bf16, 128, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 128, kMask, kPersistent, kSegments>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 128, kMask, kPersistent, kSegments, false, kDropout>(
+                        p, stream)
+                  : launch_fwd<Half, 128, kMask, kPersistent, kSegments, false, kDropout>(
+                        p, stream);
     case 256:
-      return bf16 ? launch_fwd<Bf16, 256, kMask, kPersistent, kSegments>(p, stream)
-                  : launch_fwd<Half, 256, kMask, kPersistent, kSegments>(p, stream);
+      return bf16 ? launch_fwd<Bf16, 256, kMask, kPersistent, kSegments, false, kDropout>(
+                        p, stream)
+                  : launch_fwd<Half, 256, kMask, kPersistent, kSegments, false, kDropout>(
+                        p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -50,6 +59,15 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return cudaErrorInvalidValue;
   if (!fwd_kernel_valid()) return cudaErrorInvalidValue;
+  // Dropout (issue 33) is in the one-tile kernels only, whatever the variable asks for.
+  if (p.has_dropout) {
+    if (p.dropout_key_ptr == nullptr || p.dropout_offsets == nullptr) return cudaErrorInvalidValue;
+    if (needs_masked_kernels(p)) {
+      return p.q_segment_ids != nullptr ? dispatch_fwd<true, false, true, true>(p, stream)
+                                        : dispatch_fwd<true, false, false, true>(p, stream);
+    }
+    return dispatch_fwd<false, false, false, true>(p, stream);
+  }
   // The mask policy is in the one-tile kernel only, whatever the variable asks for.
   // Rows with segment ids take the instantiation that carries their code (kSegments).
   if (needs_masked_kernels(p)) {

@@ -14,7 +14,7 @@ namespace jax_dash::sm90::fwd {
 // The kernel's parameters and grid for one call, then the launch (fwd/kernel.cuh FwdKernelFor
 // names the kernel of these arguments). Never synchronizes; returns the first CUDA error.
 template <class Element, int kHeadDim, bool kMask, bool kPersistent, bool kSegments,
-          bool kNarrow = false>
+          bool kNarrow = false, bool kDropout = false>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream);
 
 }  // namespace jax_dash::sm90::fwd

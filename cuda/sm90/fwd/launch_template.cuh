@@ -10,6 +10,7 @@
 
 #include "cuda/mask.h"
 #include "cuda/params.h"
+#include "cuda/sm90/fwd/dropout.cuh"
 #include "cuda/sm90/fwd/kernel.cuh"
 #include "cuda/sm90/fwd/launch_fwd.h"
 #include "cuda/sm90/fwd/traits.cuh"
@@ -17,9 +18,9 @@
 namespace jax_dash::sm90::fwd {
 
 template <class Element, int kHeadDim, bool kMask, bool kPersistent, bool kSegments,
-          bool kNarrow>
+          bool kNarrow, bool kDropout>
 cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
-  using Kernel = FwdKernelFor<Element, kHeadDim, kMask, kPersistent, kSegments, kNarrow>;
+  using Kernel = FwdKernelFor<Element, kHeadDim, kMask, kPersistent, kSegments, kNarrow, kDropout>;
   using Traits = typename Kernel::Traits;
   typename Kernel::Params p{};
   const auto seq_q = static_cast<int32_t>(ap.seq_q);
@@ -72,6 +73,10 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.q_segments = ap.q_segment_ids;
   p.kv_segments = ap.kv_segment_ids;
   p.soft_cap = ap.logits_soft_cap;
+  if constexpr (kDropout) {
+    p.dropout = FwdDropoutParams{ap.dropout_key_ptr, ap.dropout_offsets, ap.dropout_threshold,
+                                 ap.dropout_scale};
+  }
 
   auto kernel = fwd_kernel<Kernel>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

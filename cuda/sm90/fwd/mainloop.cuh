@@ -10,9 +10,11 @@
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/mask.h"
 #include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/fwd/dropout.cuh"
 #include "cuda/sm90/fwd/pipeline.cuh"
 #include "cuda/sm90/fwd/producer.cuh"
 #include "cuda/sm90/fwd/scheduler.cuh"
@@ -38,21 +40,26 @@ constexpr int kTurnThreads = 2 * kThreadsPerWarpgroup;
 // last S = Q K^T, so the producer loads the next tile's Q and first K/V while the math finishes
 // the tile (last P V, normalisation, epilogue stores). Per tile the arithmetic is the one-tile
 // kernel's: the same bits.
+// kDropout (issue 33; the one-tile kernels, masked or not): attention dropout on each tile's P
+// after the row sums (fwd/dropout.cuh); its parameters are FwdDropoutKernelParams.
 // The mainloop names the roles that feed it: the producer (TMA loads of the same tiles) and the KV
 // range of each tile under the mask.
-template <class Traits_, bool kMask_, bool kPersistent_, bool kSegments_>
+template <class Traits_, bool kMask_, bool kPersistent_, bool kSegments_, bool kDropout_ = false>
 struct FwdMainloop {
   using Traits = Traits_;
   static constexpr bool kMask = kMask_;
   static constexpr bool kPersistent = kPersistent_;
   static constexpr bool kSegments = kSegments_;
+  static constexpr bool kDropout = kDropout_;
   static_assert(!kPersistent || !kMask, "the persistent loop is written for the unmasked kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
+  static_assert(!kDropout || !kPersistent, "dropout is instantiated in the one-tile kernels");
   using Producer = FwdProducer<Traits, kPersistent, kSegments>;
   using KvRange = FwdKvRange<Traits, kMask, kSegments>;
 
   using Element = typename Traits::ElementType;
-  using Params = FwdKernelParams<Traits>;
+  using Params =
+      std::conditional_t<kDropout, FwdDropoutKernelParams<Traits>, FwdKernelParams<Traits>>;
   using BlockM = typename Traits::BlockM;
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
@@ -118,6 +125,7 @@ struct FwdMainloop {
     // no soft cap. A zero or negative scale (allowed, if odd) takes the scale-first path.
     const bool fold = !(kMask && p.soft_cap > 0.f) && scale_log2 > 0.f;
     const float exponent_factor = fold ? scale_log2 : 1.f;
+    [[maybe_unused]] const auto dropout = load_fwd_dropout<kDropout>(p);
     KvPipelineState kv_pipe;
     QPipelineState q_pipe;
     scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
@@ -219,6 +227,9 @@ struct FwdMainloop {
           mask.apply(scores, score_coords, row_begin, col_begin);
         }
         softmax.update_scores(scores, exponent_factor, correction);
+        if constexpr (kDropout) {
+          dropout.apply(tSrS, tScS, tile.batch, tile.head, row_begin, col_begin);
+        }
       };
       auto scores_to_p = [&]() JAX_DASH_INLINE {
         CUTE_UNROLL

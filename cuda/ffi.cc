@@ -368,24 +368,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashSegmentSumCpu, jax_dash::SegmentSumCpuImpl,
                                   .Ret<ffi::Buffer<ffi::S32>>()   // offsets [num_segments + 1]
 );
 
-// The backward with dropout on a GPU: the Hopper backward does not apply dropout yet, so a call
-// fails with a message that says so, not "no handler for platform CUDA". (The Hopper forward
-// does: JaxDashFwdDropoutCuda, cuda/sm90/ffi_sm90.cu.)
-static ffi::Error DropoutBwdNotOnGpuImpl(ffi::RemainingArgs, ffi::RemainingRets,
-                                         ffi::Dictionary) {
-  return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                    "jax_dash: the gradient of attention with dropout_rate > 0 runs on the CPU "
-                    "kernels only for now; the Hopper backward does not apply dropout yet (issue "
-                    "33; the Hopper forward does). Use dropout_rate=0.0 for training on the GPU, "
-                    "or jax.nn.dot_product_attention");
-}
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashDropoutBwdNotOnGpu, DropoutBwdNotOnGpuImpl,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()               // any operands
-                                  .RemainingRets()               // any results
-                                  .Attrs<ffi::Dictionary>()      // any attributes
-);
-
 #ifndef JAX_DASH_WITH_CUDA
 // Built without nvcc: a GPU call fails with a message that says why, not "no handler".
 static ffi::Error CudaNotBuiltImpl(ffi::RemainingArgs, ffi::RemainingRets, ffi::Dictionary) {
@@ -407,6 +389,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdDropoutCuda, CudaNotBuiltImpl,
                                   .Attrs<ffi::Dictionary>()      // any attributes
 );
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, CudaNotBuiltImpl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()               // any operands
+                                  .RemainingRets()               // any results
+                                  .Attrs<ffi::Dictionary>()      // any attributes
+);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdDropoutCuda, CudaNotBuiltImpl,
                               ffi::Ffi::Bind()
                                   .RemainingArgs()               // any operands
                                   .RemainingRets()               // any results
@@ -441,11 +429,11 @@ NB_MODULE(_jax_dash, m) {
     bwd["CUDA"] = encapsulate(JaxDashBwdCuda);
     targets["jax_dash_fwd"] = fwd;
     targets["jax_dash_bwd"] = bwd;
-    nb::dict fwd_dropout, bwd_dropout;  // the Hopper backward refuses dropout, for now
+    nb::dict fwd_dropout, bwd_dropout;
     fwd_dropout["cpu"] = encapsulate(JaxDashFwdDropoutCpu);
     bwd_dropout["cpu"] = encapsulate(JaxDashBwdDropoutCpu);
     fwd_dropout["CUDA"] = encapsulate(JaxDashFwdDropoutCuda);
-    bwd_dropout["CUDA"] = encapsulate(JaxDashDropoutBwdNotOnGpu);
+    bwd_dropout["CUDA"] = encapsulate(JaxDashBwdDropoutCuda);
     targets["jax_dash_fwd_dropout"] = fwd_dropout;
     targets["jax_dash_bwd_dropout"] = bwd_dropout;
     nb::dict segment_sum;

@@ -320,31 +320,12 @@ def _zero_scale_cotangent(is_causal, static_mask, schedule):
     return zero_scale
 
 
-# ---- dropout (the CPU kernels only, for now) --------------------------------------------------
-
-_DROPOUT_CPU_ONLY = (
-    "dropout_rate > 0 runs on the CPU kernels only for now: the Hopper kernels do not apply "
-    "dropout yet (issue 33). Use dropout_rate=0.0 on the GPU, or jax.nn.dot_product_attention")
-
-
-def _check_dropout_platform(query, key, value):
-    """Dropout's kernels are the CPU's: refuse a GPU (shard_map's blocks get their global
-    coordinates from ``dropout.block_offsets``)."""
-    # Concrete arrays on a GPU: said here. Traced ones: the GPU's FFI handler says the same when
-    # the program runs (the platform is not known before lowering).
-    for x in (query, key, value):
-        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-            if any(d.platform != "cpu" for d in x.devices()):
-                raise NotImplementedError(_DROPOUT_CPU_ONLY)
-
+# ---- dropout ----------------------------------------------------------------------------------
 
 def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, is_causal,
                   static_mask, schedule, scale_is_traced, offsets):
-    _check_dropout_platform(query, key, value)
     words = dropout.dropout_key_words(rng)
     key_words = jnp.stack(words).astype(jnp.uint32)
-    if not isinstance(schedule, str):  # chosen per platform: the CPU's
-        schedule = dict(schedule)["cpu"]
     keep_scale = 1.0 / (1.0 - rate)
     return _dropout_attention(query, key, value, scale, key_words, offsets, *mask_arrays,
                               is_causal, static_mask, schedule, scale_is_traced, threshold,
@@ -358,17 +339,19 @@ def _with_dropout(query, key, value, scale, mask_arrays, rng, rate, threshold, i
 def _dropout_attention(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
                        kv_segments, is_causal, static_mask, schedule, scale_is_traced, threshold,
                        keep_scale):
-    return _behind_barrier(*_ffi._fwd_call(q, k, v, scale, is_causal, static_mask,
-                                           (q_lengths, kv_lengths, q_segments, kv_segments),
-                                           dropout=(key_words, offsets, threshold, keep_scale)))
+    return _behind_barrier(*_ffi.fwd_call(
+        q, k, v, scale, is_causal, mask=static_mask,
+        mask_arrays=(q_lengths, kv_lengths, q_segments, kv_segments),
+        dropout=(key_words, offsets, threshold, keep_scale)))
 
 
 def _dropout_attention_fwd(q, k, v, scale, key_words, offsets, q_lengths, kv_lengths, q_segments,
                            kv_segments, is_causal, static_mask, schedule, scale_is_traced,
                            threshold, keep_scale):
     mask_arrays = (q_lengths, kv_lengths, q_segments, kv_segments)
-    out, lse = _behind_barrier(*_ffi._fwd_call(q, k, v, scale, is_causal, static_mask, mask_arrays,
-                                               dropout=(key_words, offsets, threshold, keep_scale)))
+    out, lse = _behind_barrier(*_ffi.fwd_call(
+        q, k, v, scale, is_causal, mask=static_mask, mask_arrays=mask_arrays,
+        dropout=(key_words, offsets, threshold, keep_scale)))
     return (out, lse), (q, k, v, scale, key_words, offsets, mask_arrays, out, lse)
 
 
@@ -377,13 +360,10 @@ def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, th
     q, k, v, scale, key_words, offsets, mask_arrays, out, lse = residuals
     dout = cotangents[0].astype(out.dtype)
 
-    empty = (jnp.zeros((0,), jnp.float32),) * 3  # no accumulate sums (the FFI has no optional
-                                                 # operands)
+    op = _dropout_backward_op(is_causal, static_mask, schedule, threshold, keep_scale)
 
     def backward(q, scale):
-        return _ffi._bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, False,
-                              static_mask, mask_arrays, empty, False,
-                              dropout=(key_words, offsets, threshold, keep_scale))
+        return op(q, k, v, out, lse, dout, scale, key_words, offsets, *mask_arrays)
 
     dq, dk, dv = backward(q, scale)
     if scale_is_traced:  # dL/dscale = <Q, dQ> / scale; at scale 0, <Q, dQ'> of Q' = 0, scale 1
@@ -397,3 +377,22 @@ def _dropout_attention_bwd(is_causal, static_mask, schedule, scale_is_traced, th
 
 
 _dropout_attention.defvjp(_dropout_attention_fwd, _dropout_attention_bwd)
+
+
+# Cached per static key: eagerly, platform_dependent with new branch functions compiles anew.
+@functools.lru_cache(maxsize=64)
+def _dropout_backward_op(is_causal, static_mask, schedule, threshold, keep_scale):
+    """The dropout backward as a function of ``(q, k, v, out, lse, dout, scale, key_words,
+    offsets, *mask_arrays)``; ``schedule`` a name, or ``((platform, name), ...)`` as in
+    ``_backward`` (the branch of the platform the computation lowers for runs)."""
+    def on(name):
+        def call(q, k, v, out, lse, dout, scale, key_words, offsets, *mask_arrays):
+            return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, name,
+                                 mask=static_mask, mask_arrays=mask_arrays,
+                                 dropout=(key_words, offsets, threshold, keep_scale))
+        return call
+
+    if isinstance(schedule, str):
+        return on(schedule)
+    branches = {platform: on(name) for platform, name in schedule}
+    return lambda *args: jax.lax.platform_dependent(*args, **branches)

@@ -634,29 +634,38 @@ struct DropoutCase {
   float keep_scale() const { return static_cast<float>(1.0 / (1.0 - rate)); }
 };
 
-// fp64 forward with dropout: the probabilities of the undropped softmax (lse unchanged), each
-// multiplied by 0 or keep_scale as dropout_keep says at the element's global coordinates (the CPU
-// kernels' formula, cuda/cpu/attention_cpu.cc dropout_factor).
-std::vector<double> reference_dropout_out(const Case& c, const DropoutCase& dc,
-                                          const std::vector<uint16_t>& q,
-                                          const std::vector<uint16_t>& k,
-                                          const std::vector<uint16_t>& v, double scale) {
+// fp64 forward and backward with dropout (no soft cap): the probabilities P of the undropped
+// softmax (lse unchanged), each multiplied by Z = 0 or keep_scale as dropout_keep says at the
+// element's global coordinates (the CPU kernels' formula, cuda/cpu/attention_cpu.cc
+// dropout_factor): out = (P Z) V, dV = (P Z)^T dO, dS = P (Z dP - D) with dP = dO V^T and
+// D = rowsum(dO * out), dQ = scale dS K, dK = scale dS^T Q. lse is not filled (the undropped
+// reference's is the one to compare).
+Reference reference_dropout(const Case& c, const DropoutCase& dc, const std::vector<uint16_t>& q,
+                            const std::vector<uint16_t>& k, const std::vector<uint16_t>& v,
+                            const std::vector<uint16_t>& dout, double scale) {
   const int D = c.head_dim, group = c.heads / c.kv_heads;
-  std::vector<double> out(q_elems(c), 0.0), p(c.seq_kv);
+  Reference r;
+  r.out.assign(q_elems(c), 0.0);
+  r.dq.assign(q_elems(c), 0.0);
+  r.dk.assign(kv_elems(c), 0.0);
+  r.dv.assign(kv_elems(c), 0.0);
+  std::vector<double> p(c.seq_kv), z(c.seq_kv);
   const auto global = [](int64_t local, int32_t start) {
     return static_cast<uint32_t>(local) + static_cast<uint32_t>(start);
   };
+  const auto at = [&](const std::vector<uint16_t>& x, size_t i) { return from_bits(x[i], c.dtype); };
   for (int64_t b = 0; b < c.batch; ++b)
     for (int h = 0; h < c.heads; ++h)
       for (int64_t i = 0; i < c.seq_q; ++i) {
+        const int kh = h / group;
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < c.seq_kv; ++j) {
           p[j] = -std::numeric_limits<double>::infinity();
           if (!host_visible(c, b, i, j)) continue;
           double dot = 0;
           for (int d = 0; d < D; ++d)
-            dot += from_bits(q[idx(c, b, i, c.seq_q, h, c.heads, d)], c.dtype) *
-                   from_bits(k[idx(c, b, j, c.seq_kv, h / group, c.kv_heads, d)], c.dtype);
+            dot += at(q, idx(c, b, i, c.seq_q, h, c.heads, d)) *
+                   at(k, idx(c, b, j, c.seq_kv, kh, c.kv_heads, d));
           p[j] = dot * scale;
           mx = std::max(mx, p[j]);
         }
@@ -664,23 +673,45 @@ std::vector<double> reference_dropout_out(const Case& c, const DropoutCase& dc,
         double sum = 0;
         for (int64_t j = 0; j < c.seq_kv; ++j) sum += std::exp(p[j] - mx);
         for (int64_t j = 0; j < c.seq_kv; ++j) {
+          p[j] = std::exp(p[j] - mx) / sum;
           const bool keep = jax_dash::dropout_keep(
               dc.key[0], dc.key[1], dc.threshold(), global(b, dc.offsets[0]),
               global(h, dc.offsets[1]), global(i, dc.offsets[2]), global(j, dc.offsets[3]));
-          const double z = keep ? static_cast<double>(dc.keep_scale()) : 0.0;
-          const double prob = std::exp(p[j] - mx) / sum * z;
-          if (prob == 0.0) continue;
+          z[j] = keep ? static_cast<double>(dc.keep_scale()) : 0.0;
+        }
+        double dsum = 0;
+        for (int d = 0; d < D; ++d) {
+          const size_t qi = idx(c, b, i, c.seq_q, h, c.heads, d);
+          double o = 0;
+          for (int64_t j = 0; j < c.seq_kv; ++j)
+            if (p[j] * z[j] != 0.0) o += p[j] * z[j] * at(v, idx(c, b, j, c.seq_kv, kh, c.kv_heads, d));
+          r.out[qi] = o;
+          dsum += o * at(dout, qi);
+        }
+        for (int64_t j = 0; j < c.seq_kv; ++j) {
+          if (p[j] == 0.0) continue;
+          double dp = 0;
           for (int d = 0; d < D; ++d)
-            out[idx(c, b, i, c.seq_q, h, c.heads, d)] +=
-                prob * from_bits(v[idx(c, b, j, c.seq_kv, h / group, c.kv_heads, d)], c.dtype);
+            dp += at(dout, idx(c, b, i, c.seq_q, h, c.heads, d)) *
+                  at(v, idx(c, b, j, c.seq_kv, kh, c.kv_heads, d));
+          const double ds = p[j] * (z[j] * dp - dsum);
+          for (int d = 0; d < D; ++d) {
+            const size_t qi = idx(c, b, i, c.seq_q, h, c.heads, d);
+            const size_t kj = idx(c, b, j, c.seq_kv, kh, c.kv_heads, d);
+            r.dq[qi] += scale * ds * at(k, kj);
+            r.dk[kj] += scale * ds * at(q, qi);
+            r.dv[kj] += p[j] * z[j] * at(dout, qi);
+          }
         }
       }
-  return out;
+  return r;
 }
 
-// The forward with dropout: out against reference_dropout_out, lse against the undropped
+// The forward with dropout: out against reference_dropout's, lse against the undropped
 // reference's, and the same bits on a second run (the mask is a function of the key and the
-// coordinates alone).
+// coordinates alone). Then the backward from the reference's out (rounded) and lse under every
+// schedule: dq, dk, dv against the reference and the same bits on a second run (deterministic
+// schedules; each has its own summation order, docs/determinism.md).
 bool run_dropout_case(const Case& c, const DropoutCase& dc) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   std::printf("dropout case B=%lld Sq=%lld Skv=%lld H=%d Hkv=%d D=%d %s %s rate %.2f offsets "
@@ -695,7 +726,8 @@ bool run_dropout_case(const Case& c, const DropoutCase& dc) {
   const auto hv = random_tensor(kv_elems(c), c.dtype, 3);
   const auto hdo = random_tensor(q_elems(c), c.dtype, 4);
   const Reference undropped = reference(c, hq, hk, hv, hdo, scale);
-  const std::vector<double> ref_out = reference_dropout_out(c, dc, hq, hk, hv, scale);
+  const Reference ref = reference_dropout(c, dc, hq, hk, hv, hdo, scale);
+  const std::vector<double>& ref_out = ref.out;
   const double tol = c.dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
   DeviceProblem d(c, scale);
   d.q.upload(hq);
@@ -710,6 +742,9 @@ bool run_dropout_case(const Case& c, const DropoutCase& dc) {
   d.p.dropout_scale = dc.keep_scale();
   d.p.dropout_key_ptr = key.ptr;
   d.p.dropout_offsets = offsets.ptr;
+  jax_dash::sm90::BwdOccupancy occupancy;  // the dropout instantiation's
+  CHECK_CUDA(jax_dash::sm90::bwd_occupancy(d.p, &occupancy));
+  d.p.wave = occupancy.wave;
   bool ok = true;
   std::vector<uint16_t> first;
   for (int rep = 0; rep < 2; ++rep) {
@@ -728,6 +763,44 @@ bool run_dropout_case(const Case& c, const DropoutCase& dc) {
       ok &= o == first;
     }
   }
+  const size_t nq = q_elems(c), nlse = static_cast<size_t>(c.batch) * c.heads * c.seq_q;
+  std::vector<uint16_t> ho(nq);
+  for (size_t i = 0; i < nq; ++i) ho[i] = to_bits(ref.out[i], c.dtype);
+  std::vector<float> hl(nlse);
+  for (size_t i = 0; i < nlse; ++i) hl[i] = static_cast<float>(undropped.lse[i]);
+  d.out.upload(ho);
+  d.lse.upload(hl);
+  d.dout.upload(hdo);
+  const Schedule schedules[] = {Schedule::kAscending, Schedule::kDescending, Schedule::kShift,
+                                Schedule::kSymmetricShift, Schedule::kAtomic};
+  for (Schedule schedule : schedules) {
+    d.p.schedule = schedule;
+    std::vector<uint16_t> first_grads[3];
+    const int reps = schedule == Schedule::kAtomic ? 1 : 2;
+    for (int rep = 0; rep < reps; ++rep) {
+      d.dq.poison();
+      d.dk.poison();
+      d.dv.poison();
+      d.wf.poison();
+      d.wi.poison();
+      CHECK_CUDA(jax_dash::sm90::run_bwd(d.p, nullptr));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::vector<uint16_t> got[3] = {d.dq.download(), d.dk.download(), d.dv.download()};
+      if (rep == 0) {
+        std::printf("  bwd %s\n", schedule_name(schedule));
+        ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
+        ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
+        ok &= compare("bwd", "dv", widen(got[2], c.dtype), ref.dv, tol);
+        for (int i = 0; i < 3; ++i) first_grads[i] = got[i];
+      } else {
+        bool same = true;
+        for (int i = 0; i < 3; ++i) same &= got[i] == first_grads[i];
+        std::printf("  bwd   bitwise repeatable: %s\n", same ? "ok" : "FAIL");
+        ok &= same;
+      }
+    }
+  }
+  std::printf("  %s\n", ok ? "PASS" : "FAIL");
   return ok;
 }
 

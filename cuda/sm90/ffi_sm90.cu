@@ -103,6 +103,7 @@ ffi::Error check_gpu_bwd_mask(const AttentionParams& p) {
   else if (p.q_seq_lengths != nullptr) feature = "query_seq_lengths/key_value_seq_lengths";
   else if (p.q_segment_ids != nullptr) feature = "query_segment_ids/key_value_segment_ids";
   else if (p.logits_soft_cap > 0.0f) feature = "logits_soft_cap";
+  else if (p.has_dropout) feature = "dropout_rate > 0";
   if (feature == nullptr || bwd_uses_warp_specialized(p)) return ffi::Error::Success();
   return ffi::Error(ffi::ErrorCode::kUnimplemented,
                     std::string("jax_dash: ") + feature +
@@ -212,18 +213,18 @@ ffi::Error FwdDropoutImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer 
              has_segment_ids, &dropout, out, lse);
 }
 
-ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
-                   ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
-                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
-                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
-                   ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum,
-                   ffi::AnyBuffer dv_sum, bool is_causal, int64_t window_left,
-                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
-                   bool has_segment_ids, int32_t schedule, bool f32_grads, bool accumulate,
-                   ffi::Result<ffi::AnyBuffer> dq,
-                   ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
-                   ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
-                   ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+ffi::Error Bwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+               ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+               ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+               ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+               ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum,
+               ffi::AnyBuffer dv_sum, bool is_causal, int64_t window_left, int64_t window_right,
+               float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
+               int32_t schedule, bool f32_grads, bool accumulate,
+               const GpuDropoutOperands* dropout, ffi::Result<ffi::AnyBuffer> dq,
+               ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+               ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+               ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -231,6 +232,7 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                           window_left,    window_right,    logits_soft_cap, has_seq_lengths,
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
+  if (ffi::Error e = describe_gpu_dropout(dropout, &p); e.failure()) return e;
   if (ffi::Error e = check_gpu_bwd_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
@@ -292,6 +294,43 @@ ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                     "jax_dash: the Hopper backward is not built in this version "
                     "(cuda/sm90/bwd/launch.cu was missing at build time)");
 #endif
+}
+
+ffi::Error BwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::AnyBuffer out, ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout,
+                   ffi::Buffer<ffi::S32> q_seq_lengths, ffi::Buffer<ffi::S32> kv_seq_lengths,
+                   ffi::Buffer<ffi::S32> q_segment_ids, ffi::Buffer<ffi::S32> kv_segment_ids,
+                   ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum, ffi::AnyBuffer dk_sum,
+                   ffi::AnyBuffer dv_sum, bool is_causal, int64_t window_left,
+                   int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
+                   bool has_segment_ids, int32_t schedule, bool f32_grads, bool accumulate,
+                   ffi::Result<ffi::AnyBuffer> dq,
+                   ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                   ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+                   ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  return Bwd(stream, q, k, v, out, lse, dout, q_seq_lengths, kv_seq_lengths, q_segment_ids,
+             kv_segment_ids, scale, dq_sum, dk_sum, dv_sum, is_causal, window_left, window_right,
+             logits_soft_cap, has_seq_lengths, has_segment_ids, schedule, f32_grads, accumulate,
+             nullptr, dq, dk, dv, workspace_f32, workspace_i32);
+}
+
+ffi::Error BwdDropoutImpl(
+    cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer out,
+    ffi::Buffer<ffi::F32> lse, ffi::AnyBuffer dout, ffi::Buffer<ffi::S32> q_seq_lengths,
+    ffi::Buffer<ffi::S32> kv_seq_lengths, ffi::Buffer<ffi::S32> q_segment_ids,
+    ffi::Buffer<ffi::S32> kv_segment_ids, ffi::Buffer<ffi::F32> scale, ffi::AnyBuffer dq_sum,
+    ffi::AnyBuffer dk_sum, ffi::AnyBuffer dv_sum, ffi::Buffer<ffi::U32> key,
+    ffi::Buffer<ffi::S32> offsets, bool is_causal, int64_t window_left, int64_t window_right,
+    float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids, int32_t schedule,
+    bool f32_grads, bool accumulate, int64_t dropout_threshold, float dropout_scale,
+    ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+    ffi::Result<ffi::AnyBuffer> dv, ffi::Result<ffi::Buffer<ffi::F32>> workspace_f32,
+    ffi::Result<ffi::Buffer<ffi::S32>> workspace_i32) {
+  const GpuDropoutOperands dropout{&key, &offsets, dropout_threshold, dropout_scale};
+  return Bwd(stream, q, k, v, out, lse, dout, q_seq_lengths, kv_seq_lengths, q_segment_ids,
+             kv_segment_ids, scale, dq_sum, dk_sum, dv_sum, is_causal, window_left, window_right,
+             logits_soft_cap, has_seq_lengths, has_segment_ids, schedule, f32_grads, accumulate,
+             &dropout, dq, dk, dv, workspace_f32, workspace_i32);
 }
 
 }  // namespace
@@ -371,6 +410,44 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCuda, jax_dash::sm90::BwdImpl,
                                   .Attr<int32_t>("schedule")                 // schedule
                                   .Attr<bool>("f32_grads")                   // dq/dk/dv float32
                                   .Attr<bool>("accumulate")                  // dq/dk/dv += sums
+                                  .Ret<ffi::AnyBuffer>()                     // dq
+                                  .Ret<ffi::AnyBuffer>()                     // dk
+                                  .Ret<ffi::AnyBuffer>()                     // dv
+                                  .Ret<ffi::Buffer<ffi::F32>>()              // workspace_f32
+                                  .Ret<ffi::Buffer<ffi::S32>>()              // workspace_i32
+);
+
+// The backward with dropout (issue 33): as the CPU's JaxDashBwdDropoutCpu.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdDropoutCuda, jax_dash::sm90::BwdDropoutImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // stream
+                                  .Arg<ffi::AnyBuffer>()                     // q
+                                  .Arg<ffi::AnyBuffer>()                     // k
+                                  .Arg<ffi::AnyBuffer>()                     // v
+                                  .Arg<ffi::AnyBuffer>()                     // out
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // lse
+                                  .Arg<ffi::AnyBuffer>()                     // dout
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_seq_lengths
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // q_segment_ids
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // kv_segment_ids
+                                  .Arg<ffi::Buffer<ffi::F32>>()              // scale (0-d)
+                                  .Arg<ffi::AnyBuffer>()                     // dq_sum
+                                  .Arg<ffi::AnyBuffer>()                     // dk_sum
+                                  .Arg<ffi::AnyBuffer>()                     // dv_sum
+                                  .Arg<ffi::Buffer<ffi::U32>>()              // dropout key [2]
+                                  .Arg<ffi::Buffer<ffi::S32>>()              // dropout_offsets [4]
+                                  .Attr<bool>("is_causal")                   // is_causal
+                                  .Attr<int64_t>("window_left")              // -1: unbounded
+                                  .Attr<int64_t>("window_right")             // -1: unbounded
+                                  .Attr<float>("logits_soft_cap")            // 0: none
+                                  .Attr<bool>("has_seq_lengths")             // lengths used
+                                  .Attr<bool>("has_segment_ids")             // segments used
+                                  .Attr<int32_t>("schedule")                 // schedule
+                                  .Attr<bool>("f32_grads")                   // dq/dk/dv float32
+                                  .Attr<bool>("accumulate")                  // dq/dk/dv += sums
+                                  .Attr<int64_t>("dropout_threshold")        // keep a draw >= this
+                                  .Attr<float>("dropout_scale")              // 1 / (1 - rate)
                                   .Ret<ffi::AnyBuffer>()                     // dq
                                   .Ret<ffi::AnyBuffer>()                     // dk
                                   .Ret<ffi::AnyBuffer>()                     // dv

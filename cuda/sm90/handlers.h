@@ -6,6 +6,7 @@
 extern "C" {
 XLA_FFI_Error* JaxDashFwdCuda(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxDashFwdDropoutCuda(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* JaxDashBwdDropoutCuda(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxDashBwdCuda(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxDashSegmentSumCuda(XLA_FFI_CallFrame* call_frame);
 }

@@ -61,7 +61,15 @@ using bwd::WsTraits;
 // The variants that lost their A/B tests against ws-rs (perf-notes) are deleted: "ws" (every
 // product from shared memory), "ws-rs2" (two dQ buffers at every head dim) and "ws-rs-async"
 // (ticket releases on a releaser warp).
-enum class BwdKernel { kClassic, kWarpSpecializedRs, kWarpSpecializedRsMask, kInvalid };
+// A call with dropout runs the masked instantiation with kDropout (kWarpSpecializedRsDropout,
+// whatever the variable asks for; the classic kernel has no dropout).
+enum class BwdKernel {
+  kClassic,
+  kWarpSpecializedRs,
+  kWarpSpecializedRsMask,
+  kWarpSpecializedRsDropout,
+  kInvalid
+};
 BwdKernel requested_bwd_kernel() {
   const char* v = std::getenv("JAX_DASH_SM90_BWD");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "ws-rs") == 0) {
@@ -74,6 +82,8 @@ template <class Element, int kHeadDim>
 using WsRsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true>;
+template <class Element, int kHeadDim>
+using WsRsDropoutTraits = WsTraits<Element, kHeadDim, true, true>;
 
 
 // Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none. Head dim
@@ -123,6 +133,8 @@ bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
   switch (k) {
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits, true>(p, f);
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits, true>(p, f);
+    case BwdKernel::kWarpSpecializedRsDropout:
+      return dispatch_traits<WsRsDropoutTraits, true>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
   }
@@ -146,6 +158,11 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
     return ok;
   };
   BwdKernel k = requested_bwd_kernel();
+  if (p.has_dropout && k != BwdKernel::kInvalid) {
+    // Dropout: its instantiation, whose tables must fit (a query too long for them is refused).
+    return fits(BwdKernel::kWarpSpecializedRsDropout) ? BwdKernel::kWarpSpecializedRsDropout
+                                                      : BwdKernel::kInvalid;
+  }
   // Head dim 256 has ws-rs only: a classic request runs it too, and a query too long for its
   // tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.
   if (p.head_dim == 256 && k != BwdKernel::kInvalid) {

@@ -12,6 +12,7 @@
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/dq_writer.cuh"
+#include "cuda/sm90/bwd/dropout.cuh"
 #include "cuda/sm90/bwd/epilogue.cuh"
 #include "cuda/sm90/bwd/gemm.cuh"
 #include "cuda/sm90/bwd/pipeline.cuh"
@@ -213,6 +214,8 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
     // This batch row's whole mask (ext_mask only).
     PolicyMask policy{};
     if (ext_mask) policy.m = mask_policy(p, b);
+    // kDropout: the unit's coordinates for the keep mask (bwd/dropout.cuh).
+    [[maybe_unused]] const auto dropout = load_bwd_dropout<Traits::kDropout>(p, b, h, kv0);
     // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
     // extents and causal.
     auto hidden = [&](int64_t kv_row, int64_t q_row) JAX_DASH_INLINE {
@@ -254,6 +257,22 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       const float* s_dsum = smem.dsum[stage];
       constexpr int kFrag = decltype(size(tSrS))::value;
       const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
+      // kDropout: the step's keep bits, drawn while the two wgmmas run (they read no register
+      // the Philox rounds write). keep(i): element i is kept; z_dp(i, x) is dP -> dP * Z.
+      [[maybe_unused]] const auto keep = [&]() JAX_DASH_INLINE {
+        if constexpr (Traits::kDropout) {
+          return dropout.template keep_bits<kFrag>(tScS, q0);
+        } else {
+          return NoBwdDropout{};
+        }
+      }();
+      auto z_dp = [&](int i, float dp) JAX_DASH_INLINE {
+        if constexpr (Traits::kDropout) {
+          return keep(i) ? dp * dropout.keep_scale : 0.f;
+        } else {
+          return dp;
+        }
+      };
       // Masks only where a tile crosses seq_kv or the causal diagonal (rows past seq_q have
       // lse_log2 = +inf, so their P is already 0).
       const bool need_mask =
@@ -274,7 +293,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           float prob = exp2_ftz(fmaf(t, cap_log2, -s_lse[c]));
           prob = need_mask && hidden(kv0 + get<0>(tScS(i)), q0 + c) ? 0.f : prob;
           tSrS(i) = prob;
-          tSrdP(i) = prob * (tSrdP(i) - s_dsum[c]) * (1.f - t * t);
+          tSrdP(i) = prob * (z_dp(i, tSrdP(i)) - s_dsum[c]) * (1.f - t * t);
         }
       } else {
         warpgroup_wait<1>();
@@ -320,7 +339,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         load_column_pairs(s_dsum, tScS, dsum);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrdP); ++i) {
-          tSrdP(i) = tSrS(i) * (tSrdP(i) - dsum[i]);
+          tSrdP(i) = tSrS(i) * (z_dp(i, tSrdP(i)) - dsum[i]);
         }
       }
       Tensor sdSt = make_tensor(make_smem_ptr(smem.dst[ds_stage]), typename Traits::SmemLayoutPt{});
@@ -328,12 +347,17 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);
       Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);
       Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
-      // P^T and dS^T in 16 bits, in the accumulator's register order.
+      // P^T and dS^T in 16 bits, in the accumulator's register order (kDropout: dV's P^T is the
+      // dropped P * Z; dS^T took the undropped P above).
       Tensor rP = make_tensor<Element>(tSrS.layout());
       Tensor rdS = make_tensor<Element>(tSrdP.layout());
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) {
-        rP(i) = static_cast<Element>(tSrS(i));
+        if constexpr (Traits::kDropout) {
+          rP(i) = static_cast<Element>(keep(i) ? tSrS(i) * dropout.keep_scale : 0.f);
+        } else {
+          rP(i) = static_cast<Element>(tSrS(i));
+        }
         rdS(i) = static_cast<Element>(tSrdP(i));
       }
       // The accumulator's value order (2, 2, Bm/8) is the register A fragment's

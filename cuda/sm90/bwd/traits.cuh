@@ -86,8 +86,9 @@ struct BwdTileTraits {
 };
 
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
-// segment ids, soft cap); calls without them run kMask = false, compiled as before.
-template <class Element_, int kHeadDim_, bool kMask_>
+// segment ids, soft cap); calls without them run kMask = false, compiled as before. kDropout
+// (issue 33): attention dropout (bwd/dropout.cuh), beside either.
+template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false>
 struct WsTraits {
   using Base = BwdTileTraits<Element_, kHeadDim_>;
   static constexpr bool kWarpSpecialized = true;
@@ -108,6 +109,7 @@ struct WsTraits {
   // the next step's Q/dO (H100, 2026-11-25).
   static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
   static constexpr bool kMask = kMask_;
+  static constexpr bool kDropout = kDropout_;
   // dQ buffers between the math warpgroups and the writer: with two the math may run two steps
   // ahead of the writer (the second buffer's 32 KB come from the dS^T double buffer, see
   // kdSStages). Two at head_dim 64: 5.0-7.2% fewer cycles per step than one (H100, 2k-16k,

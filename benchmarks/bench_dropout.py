@@ -7,7 +7,9 @@ timed in the same process.
         [--seqs 2k,4k,8k,16k] [--masks full,causal]
 
 Each point has batch x seq = --tokens and heads x head_dim = --hidden (the attention grid's
-shapes, benchmarks/README.md), bfloat16. The forward is timed alone; the backward alone, from
+shapes, benchmarks/README.md), bfloat16. cuDNN runs in a child process (with jaxlib 0.11.2 its
+dropout aborted the process on an H100: "cuda_dnn.cc:6951 Check failed:
+local_device_ordinal.has_value()"), which reports the abort as every cuDNN point's error. The forward is timed alone; the backward alone, from
 the forward's residuals (``_peers.jitted_backward``). Writes DIR/dropout.json and DIR/dropout.md
 (milliseconds and jax_dash's dropout / no-dropout throughput ratio, the issue's line being 0.85).
 """
@@ -30,30 +32,52 @@ def _seq(text: str) -> int:
     return int(text[:-1]) * 1024 if text.lower().endswith("k") else int(text)
 
 
-def _impls(rate: float, is_causal: bool):
-    """(name, attention function of (q, k, v)) of one mask: jax_dash without and with dropout, and
-    cuDNN with dropout (None where this JAX has no cuDNN attention)."""
+def _impls(rate: float, is_causal: bool, which: str):
+    """(name, attention function of (q, k, v)) of one mask: jax_dash without and with dropout
+    (``which="jax_dash"``), or cuDNN with dropout (``which="cudnn"``)."""
     import jax
     import jax_dash
 
-    rng = jax.random.key(0)
-    impls = [
-        ("jax_dash", lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal)),
-        ("jax_dash_dropout", lambda q, k, v: jax_dash.attention(
-            q, k, v, is_causal=is_causal, dropout_rate=rate, dropout_rng=rng)),
-    ]
-    try:
-        from jax._src.cudnn import fused_attention_stablehlo as cudnn
-    except ImportError:
-        return impls
+    if which == "jax_dash":
+        rng = jax.random.key(0)
+        return [
+            ("jax_dash", lambda q, k, v: jax_dash.attention(q, k, v, is_causal=is_causal)),
+            ("jax_dash_dropout", lambda q, k, v: jax_dash.attention(
+                q, k, v, is_causal=is_causal, dropout_rate=rate, dropout_rng=rng)),
+        ]
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
     mask_type = cudnn.MaskType.CAUSAL if is_causal else cudnn.MaskType.NO_MASK
 
     def cudnn_dropout(q, k, v):
         return cudnn.dot_product_attention(q, k, v, scale=1 / math.sqrt(q.shape[-1]),
                                            mask_type=mask_type, dropout_rate=rate, seed=0)
 
-    impls.append(("cudnn_dropout", cudnn_dropout))
-    return impls
+    return [("cudnn_dropout", cudnn_dropout)]
+
+
+def _cudnn_in_child(args) -> list[dict]:
+    """The cuDNN points, timed by a child process of this script (``--which cudnn``); a child
+    that dies (an abort in XLA's cuDNN runtime) gives every point not yet reported its error."""
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--which", "cudnn", "--print-only",
+           "--out", args.out, "--rate", str(args.rate), "--head-dims", args.head_dims,
+           "--seqs", args.seqs, "--masks", args.masks, "--tokens", str(args.tokens),
+           "--hidden", str(args.hidden), "--iters", str(args.iters), "--budget", str(args.budget)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.splitlines() if line.strip()
+                and not line.lstrip().startswith("@")][-3:]
+        done = {(r["head_dim"], r["seq"], r["mask"]) for r in records}
+        error = f"the cuDNN process ended with {proc.returncode}: " + " | ".join(tail)[-400:]
+        for head_dim in (int(x) for x in args.head_dims.split(",")):
+            for seq in (_seq(x) for x in args.seqs.split(",")):
+                for mask in args.masks.split(","):
+                    if (head_dim, seq, mask) not in done:
+                        records.append(dict(impl="cudnn_dropout", head_dim=head_dim, seq=seq,
+                                            mask=mask, rate=args.rate, error=error))
+    return records
 
 
 def run(args) -> list[dict]:
@@ -70,7 +94,7 @@ def run(args) -> list[dict]:
                              for key in keys)
             for mask in args.masks.split(","):
                 is_causal = mask == "causal"
-                for name, fn in _impls(args.rate, is_causal):
+                for name, fn in _impls(args.rate, is_causal, args.which):
                     record = dict(impl=name, head_dim=head_dim, seq=seq, batch=batch,
                                   heads=heads, mask=mask, rate=0.0 if name == "jax_dash"
                                   else args.rate)
@@ -130,12 +154,20 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--budget", type=float, default=2.0, help="seconds of samples per timing")
+    p.add_argument("--no-cudnn", action="store_true", help="time jax_dash only")
+    p.add_argument("--which", default="jax_dash", choices=("jax_dash", "cudnn"),
+                   help=argparse.SUPPRESS)
+    p.add_argument("--print-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not 0.0 < args.rate < 1.0:
         p.error(f"--rate must be in (0, 1), got {args.rate}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = run(args)
+    if args.print_only:  # a child: the records went to stdout
+        return 0
+    if not args.no_cudnn:
+        records += _cudnn_in_child(args)
     (out / "dropout.json").write_text(json.dumps(records, indent=1) + "\n")
     (out / "dropout.md").write_text(table(records))
     print(table(records))

@@ -344,3 +344,24 @@ def test_plots_of_merged_runs_skip_the_empty_panels(tmp_path):
     written = _report.write_plots(data, tmp_path)
     assert set(written) >= {"bwd_tflops.png", "fwd_tflops.png"}
     assert all((tmp_path / name).stat().st_size > 0 for name in written)
+
+
+def test_dropout_benchmark_smoke_on_cpu(tmp_path):
+    """bench_dropout.py on a tiny point on the CPU: jax_dash with and without dropout timed,
+    cuDNN's attention (in a child process) recorded as an error (no GPU), and the table's ratio
+    is none / dropout."""
+    import bench_dropout
+
+    assert bench_dropout.main(["--out", str(tmp_path), "--head-dims", "16", "--seqs", "32",
+                               "--masks", "causal", "--tokens", "64", "--hidden", "32",
+                               "--iters", "2", "--budget", "0.2"]) == 0
+    records = json.loads((tmp_path / "dropout.json").read_text())
+    by = {r["impl"]: r for r in records}
+    assert by["jax_dash"]["rate"] == 0.0 and by["jax_dash_dropout"]["rate"] == 0.1
+    for impl in ("jax_dash", "jax_dash_dropout"):
+        assert by[impl]["fwd_ms"] > 0 and by[impl]["bwd_ms"] > 0, by[impl]
+    assert "error" in by["cudnn_dropout"]
+    ratio = by["jax_dash"]["bwd_ms"] / by["jax_dash_dropout"]["bwd_ms"]
+    assert f"{ratio:.3f}" in (tmp_path / "dropout.md").read_text()
+    with pytest.raises(SystemExit):
+        bench_dropout.main(["--out", str(tmp_path), "--rate", "1.0"])

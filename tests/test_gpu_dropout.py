@@ -109,7 +109,7 @@ def test_kernels_keep_exactly_the_mask(is_causal, offsets, head_dim):
         rng, rate, (2, 2, seq, seq), batch_offset=offsets[0], head_offset=offsets[1],
         q_offset=offsets[2], kv_offset=offsets[3]))
     if is_causal:
-        want &= np.tril(np.ones((seq, seq), bool))
+        want = want & np.tril(np.ones((seq, seq), bool))
     np.testing.assert_array_equal(kept_by_forward(out, seq), want)
     np.testing.assert_array_equal(kept_by_backward(dv, seq), want)
 

@@ -29,11 +29,23 @@ def main():
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--calls", type=int, default=4)
+    p.add_argument("--dropout-rate", type=float, default=0.0,
+                   help="jax_dash only: attention dropout at this rate (key 0)")
     args = p.parse_args()
     point = _grid.Point(head_dim=args.head_dim, seq=args.seq, mask="causal" if args.causal else "full",
                         batch=args.batch, heads=args.heads, kv_heads=args.kv_heads)
-    fn = _peers.attention_fn(args.impl, is_causal=point.is_causal, schedule=None,
-                             head_dim=point.head_dim)
+    if args.dropout_rate > 0:
+        if args.impl != "jax_dash":
+            p.error("--dropout-rate is for --impl jax_dash")
+        import jax_dash
+        rng = jax.random.key(0)
+
+        def fn(q, k, v):
+            return jax_dash.attention(q, k, v, is_causal=point.is_causal,
+                                      dropout_rate=args.dropout_rate, dropout_rng=rng)
+    else:
+        fn = _peers.attention_fn(args.impl, is_causal=point.is_causal, schedule=None,
+                                 head_dim=point.head_dim)
     _, fwd_bwd = _peers.jitted_pair(fn)
     inputs = _peers.random_inputs(point, num_sets=1)[0]
     for _ in range(args.calls):

@@ -61,13 +61,15 @@ using bwd::WsTraits;
 // The variants that lost their A/B tests against ws-rs (perf-notes) are deleted: "ws" (every
 // product from shared memory), "ws-rs2" (two dQ buffers at every head dim) and "ws-rs-async"
 // (ticket releases on a releaser warp).
-// A call with dropout runs the masked instantiation with kDropout (kWarpSpecializedRsDropout,
-// whatever the variable asks for; the classic kernel has no dropout).
+// A call with dropout runs an instantiation with kDropout, whatever the variable asks for (the
+// classic kernel has no dropout): ws-rs's (kWarpSpecializedRsDropout) or, where ws-rs would take
+// its masked instantiation, that one's (kWarpSpecializedRsMaskDropout).
 enum class BwdKernel {
   kClassic,
   kWarpSpecializedRs,
   kWarpSpecializedRsMask,
   kWarpSpecializedRsDropout,
+  kWarpSpecializedRsMaskDropout,
   kInvalid
 };
 BwdKernel requested_bwd_kernel() {
@@ -83,7 +85,9 @@ using WsRsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true>;
 template <class Element, int kHeadDim>
-using WsRsDropoutTraits = WsTraits<Element, kHeadDim, true, true>;
+using WsRsDropoutTraits = WsTraits<Element, kHeadDim, false, true>;
+template <class Element, int kHeadDim>
+using WsRsMaskDropoutTraits = WsTraits<Element, kHeadDim, true, true>;
 
 
 // Calls f(traits-tag) for the (dtype, head_dim) instantiation; false if there is none. Head dim
@@ -135,6 +139,8 @@ bool dispatch_kernel(BwdKernel k, const AttentionParams& p, F&& f) {
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits, true>(p, f);
     case BwdKernel::kWarpSpecializedRsDropout:
       return dispatch_traits<WsRsDropoutTraits, true>(p, f);
+    case BwdKernel::kWarpSpecializedRsMaskDropout:
+      return dispatch_traits<WsRsMaskDropoutTraits, true>(p, f);
     case BwdKernel::kClassic: return dispatch_traits<BwdTraits>(p, f);
     case BwdKernel::kInvalid: break;
   }
@@ -160,8 +166,9 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   BwdKernel k = requested_bwd_kernel();
   if (p.has_dropout && k != BwdKernel::kInvalid) {
     // Dropout: its instantiation, whose tables must fit (a query too long for them is refused).
-    return fits(BwdKernel::kWarpSpecializedRsDropout) ? BwdKernel::kWarpSpecializedRsDropout
-                                                      : BwdKernel::kInvalid;
+    const BwdKernel d = needs_mask_instance ? BwdKernel::kWarpSpecializedRsMaskDropout
+                                            : BwdKernel::kWarpSpecializedRsDropout;
+    return fits(d) ? d : BwdKernel::kInvalid;
   }
   // Head dim 256 has ws-rs only: a classic request runs it too, and a query too long for its
   // tables is refused by the occupancy check (ffi_sm90.cu), there being no classic kernel.

@@ -212,7 +212,7 @@ def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout=None):
     """The forward FFI call; ``dropout``: None, or ``(key_words, offsets, threshold,
     keep_scale)`` (a uint32 [2] key; int32 [4] global coordinates (batch, head, q, kv) of the
     call's first element; the 16-bit threshold; 1 / (1 - rate); cuda/dropout.h), which runs the
-    dropout target (the CPU kernels only, for now)."""
+    dropout target."""
     extra = () if dropout is None else tuple(dropout[:2])
     q, k, v, scale, *rest = _unify_varying(q, k, v, jnp.asarray(scale, jnp.float32),
                                            *mask_arrays, *extra)
@@ -323,7 +323,7 @@ def _bwd_call(q, k, v, out, lse, dout, scale, is_causal, schedule, f32_grads, ma
 
 
 
-# ---- dropout (the CPU kernels only, for now) --------------------------------------------------
+# ---- dropout ------------------------------------------------------------------------------------
 
 def _dropout_attributes(dropout):
     """The attributes of the *_dropout targets (none without dropout)."""

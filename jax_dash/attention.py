@@ -62,9 +62,10 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
         dropped (kept ones scaled by ``1 / (1 - dropout_rate)``), after the softmax, as Flax's
         attention does. Whether ``(b, h, i, j)`` is kept is ``jax_dash.dropout_keep_mask`` of the
         key: a pure function of the key and the coordinates, so runs and schedules give the same
-        bits. 0 (the default) is exactly the op without dropout. **For now the CPU kernels only**:
-        on a GPU an error says so (``NotImplementedError`` for arrays on a GPU, a runtime error
-        from the GPU's handler under ``jit``). Under ``jit`` on sharded arrays the mask is the
+        bits. 0 (the default) is exactly the op without dropout. The CPU and the Hopper kernels
+        keep the same elements (the Hopper backward regenerates the forward's mask; it needs the
+        warp-specialized kernel's tables to fit, as the masks beyond causal do: a query longer
+        than about 250k tokens is refused). Under ``jit`` on sharded arrays the mask is the
         unsharded one; inside ``shard_map`` pass ``dropout_axes`` or ``dropout_offsets`` (a
         ``ValueError`` asks for them). Under ``vmap`` each mapped element is its own call
         (coordinates from 0, as ``jax.random`` with an unbatched key).

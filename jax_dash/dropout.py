@@ -3,8 +3,8 @@ the function ``cuda/dropout.h`` defines for the kernels. Whether element ``(b, h
 attention probabilities is kept depends only on the key and the element's global coordinates
 (batch row, head, query position, key position): counter-based Philox4x32-10, no state, so a mask
 does not depend on tiles, schedules, sharding over batch or heads, or where a ring's block sits
-(the offsets). ``jax_dash.attention(..., dropout_rate, dropout_rng)`` applies it on the CPU
-kernels; the Hopper kernels do not yet (issue 33).
+(the offsets). ``jax_dash.attention(..., dropout_rate, dropout_rng)`` applies it in the CPU and
+the Hopper kernels, forward and backward.
 
 A call that computes a block of a larger problem (inside ``shard_map``, a ring's block pair) draws
 that problem's mask at its global coordinates: ``block_offsets`` turns ``jax_dash.attention``'s

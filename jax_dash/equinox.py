@@ -22,8 +22,8 @@ Dropout on the attention weights follows ``eqx.nn.MultiheadAttention``: ``dropou
 off), a call's ``inference`` overrides the module's, and a call in training mode with
 ``dropout_p > 0`` needs ``key``. The mask is ``jax_dash.attention``'s reproducible one
 (``jax_dash.dropout_keep_mask`` of ``key``: one key for all heads, which the mask tells apart by
-their index, where Equinox splits the key per head), so the gradients repeat bit for bit; the
-CPU kernels only, for now. Under ``vmap`` over the batch each example is its own call: pass one
+their index, where Equinox splits the key per head), so the gradients repeat bit for bit, on the
+CPU and the Hopper kernels. Under ``vmap`` over the batch each example is its own call: pass one
 key per example (``jax.random.split``), as with Equinox's own dropout.
 """
 

@@ -76,7 +76,7 @@ def ring_attention(query, key, value, *, axis_name, is_causal=False, scale=None,
       dropout_rate, dropout_rng: attention dropout as in ``jax_dash.attention``: the mask is the
         one ``jax_dash.attention`` applies to the global (unsharded) problem with the same key
         and rate (``jax_dash.dropout_keep_mask`` at global positions: each block pair's kernels
-        get its global query and key offsets, per zigzag chunk). CPU kernels only, for now. With
+        get its global query and key offsets, per zigzag chunk), on the CPU and Hopper kernels. With
         ``layout="zigzag"`` every block pair is computed chunk pair by chunk pair (so the
         per-device sequence must be even), which changes the bits against ``zigzag`` without
         dropout (not the mask).

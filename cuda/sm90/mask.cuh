@@ -104,6 +104,65 @@ struct PolicyMask {
   }
 };
 
+// PolicyMask's predicate in the 32-bit form the backward's step loop keeps across its steps (the
+// masked instantiation): the row's extents and the band as four int32 limits, beside the segment
+// ids' pointers. PolicyMask's MaskPolicy is ten 64-bit values, live across the loop with the
+// accumulators: ptxas spilled them (bf16 head_dim 128: 387 local loads and stores between the step
+// loop's first and last wgmma, against one in the unmasked kernel). The same predicate: query i
+// sees key j iff i < q_end, j < kv_end, i - j <= left and j - i <= right (and, with segment ids,
+// equal ids), where q_end = min(seq_q, q_length), kv_end = min(seq_kv, kv_length), and left and
+// right are the band's, clamped to INT32_MAX (i - j of two positions below 2^31 fits in 32 bits).
+struct CompactMask {
+  int32_t q_end;
+  int32_t kv_end;
+  int32_t left;
+  int32_t right;
+  const int32_t* q_segment_ids;   // this row's [seq_q], or nullptr
+  const int32_t* kv_segment_ids;  // this row's [seq_kv], or nullptr
+
+  __device__ __forceinline__ static CompactMask make(const MaskPolicy& m) {
+    auto clamp32 = [](int64_t x) JAX_DASH_INLINE {
+      return static_cast<int32_t>(x < INT32_MAX ? (x > INT32_MIN ? x : INT32_MIN) : INT32_MAX);
+    };
+    CompactMask c;
+    c.q_end = clamp32(min(m.band.seq_q, m.row.q_length));
+    c.kv_end = clamp32(min(m.band.seq_kv, m.row.kv_length));
+    c.left = clamp32(m.band.band_left());
+    c.right = clamp32(m.band.band_right());
+    c.q_segment_ids = m.row.q_segment_ids;
+    c.kv_segment_ids = m.row.kv_segment_ids;
+    return c;
+  }
+
+  __device__ __forceinline__ bool has_segments() const { return q_segment_ids != nullptr; }
+
+  // Whether the tile rows [q0, q0 + rows) x keys [kv0, kv0 + cols) has a hidden pair (PolicyMask::
+  // tile_needs_mask: not wholly inside the extents and the band, or segment ids present).
+  __device__ __forceinline__ bool tile_needs_mask(int64_t q0, int rows, int64_t kv0,
+                                                  int cols) const {
+    const bool full = q0 + rows <= q_end && kv0 + cols <= kv_end &&
+                      (q0 + rows - 1) - kv0 <= left && (kv0 + cols - 1) - q0 <= right;
+    return !full || has_segments();
+  }
+
+  // Query i sees key j (both below 2^31); kSegments: the ids read at indices clamped into the row
+  // (an unrolled loop has no branch; a pair past an extent is hidden whatever its ids).
+  template <bool kSegments>
+  __device__ __forceinline__ bool visible(int32_t i, int32_t j) const {
+    const int32_t d = i - j;
+    bool v = i < q_end && j < kv_end && d <= left && -d <= right;
+    if constexpr (kSegments) {
+      const int32_t ic = max(min(i, q_end - 1), 0);
+      const int32_t jc = max(min(j, kv_end - 1), 0);
+      v = v && q_segment_ids[ic] == kv_segment_ids[jc];
+    }
+    return v;
+  }
+  __device__ __forceinline__ bool visible(int32_t i, int32_t j) const {
+    return has_segments() ? visible<true>(i, j) : visible<false>(i, j);
+  }
+};
+
 // The smallest and largest of ids[begin, end), computed by a whole warp (every lane of it calls
 // this and gets the result); an empty range gives lo > hi, which meets no other range.
 __device__ __forceinline__ SegmentRange warp_segment_range(const int32_t* ids, int64_t begin,

@@ -211,16 +211,17 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
     const int64_t b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
     const int64_t kv0 = static_cast<int64_t>(u.n) * kBlockN;
-    // This batch row's whole mask (ext_mask only).
-    PolicyMask policy{};
-    if (ext_mask) policy.m = mask_policy(p, b);
+    // This batch row's whole mask (ext_mask only), in 32-bit limits (CompactMask says why).
+    CompactMask policy{};
+    if (ext_mask) policy = CompactMask::make(mask_policy(p, b));
     // kDropout: the unit's coordinates for the keep mask (bwd/dropout.cuh).
     [[maybe_unused]] const auto dropout = load_bwd_dropout<Traits::kDropout>(p, b, h, kv0);
     // Whether query q_row does not see key kv_row: the whole policy (ext_mask), else the
     // extents and causal.
     auto hidden = [&](int64_t kv_row, int64_t q_row) JAX_DASH_INLINE {
-      return ext_mask ? !policy.visible(q_row, kv_row)
-                      : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
+      return ext_mask
+                 ? !policy.visible(static_cast<int32_t>(q_row), static_cast<int32_t>(kv_row))
+                 : kv_row >= p.seq_kv || (p.is_causal && kv_row > q_row);
     };
     clear(tdKrdK);
     clear(tdVrdV);
@@ -309,8 +310,9 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); ++i) {
             const float prob = exp2_ftz(fmaf(tSrS(i), scale_log2, -lse[i]));
-            const bool visible = policy.template visible<kSegments>(q0 + get<1>(tScS(i)),
-                                                                    kv0 + get<0>(tScS(i)));
+            const bool visible = policy.template visible<kSegments>(
+                static_cast<int32_t>(q0 + get<1>(tScS(i))),
+                static_cast<int32_t>(kv0 + get<0>(tScS(i))));
             tSrS(i) = visible ? prob : 0.f;
           }
         };

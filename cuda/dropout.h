@@ -53,37 +53,6 @@ JAX_DASH_HD inline void philox4x32_10(const uint32_t counter[4], uint32_t key0, 
   out[3] = c3;
 }
 
-// kN independent Philox4x32-10 calls of one key, round by round: the same words as kN calls of
-// philox4x32_10, with the calls' dependent multiply chains interleaved so that a GPU thread has kN
-// of them in flight (one call's rounds are a serial chain of ~10 dependent 32x32->64 multiplies).
-template <int kN>
-JAX_DASH_HD inline void philox4x32_10_n(const uint32_t (&counters)[kN][4], uint32_t key0,
-                                        uint32_t key1, uint32_t (&out)[kN][4]) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c[kN][4];
-  for (int n = 0; n < kN; ++n)
-    for (int w = 0; w < 4; ++w) c[n][w] = counters[n][w];
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      key0 += kW0;
-      key1 += kW1;
-    }
-    for (int n = 0; n < kN; ++n) {
-      uint32_t hi0, lo0, hi1, lo1;
-      philox_mulhilo(kM0, c[n][0], &hi0, &lo0);
-      philox_mulhilo(kM1, c[n][2], &hi1, &lo1);
-      const uint32_t n0 = hi1 ^ c[n][1] ^ key0, n2 = hi0 ^ c[n][3] ^ key1;
-      c[n][0] = n0;
-      c[n][1] = lo1;
-      c[n][2] = n2;
-      c[n][3] = lo0;
-    }
-  }
-  for (int n = 0; n < kN; ++n)
-    for (int w = 0; w < 4; ++w) out[n][w] = c[n][w];
-}
-
 // The Philox counter of element (b, h, i, j) (see the header comment).
 JAX_DASH_HD inline void dropout_counter(uint32_t b, uint32_t h, uint32_t i, uint32_t j,
                                         uint32_t counter[4]) {

@@ -8,7 +8,9 @@ compare the two JSON files (`--compare A.json B.json`).
 Each case: fixed random inputs (seeded), jitted forward and VJP against a fixed cotangent; the
 SHA-256 of out, dq, dk, dv's bytes. Cases: head_dim 64/128/256, full/causal, MHA and GQA,
 bfloat16 and float16, the deterministic schedules, and the masked kernels (window, lengths,
-segment ids, soft cap) at a length that is not a multiple of the tiles.
+segment ids, soft cap) at a length that is not a multiple of the tiles. `--dropout` adds attention
+dropout cases (rate 0.1, every head dim, offsets on and off the 16-element Philox blocks, a
+windowed and a segment-id case).
 """
 from __future__ import annotations
 
@@ -33,6 +35,21 @@ def cases():
                    segments=True)
         yield dict(hd=hd, causal=True, schedule="auto", dtype="bfloat16", h=4, hkv=2, s=1000,
                    soft_cap=30.0)
+
+
+def dropout_cases():
+    for hd in (64, 128, 256):
+        for causal in (False, True):
+            yield dict(hd=hd, causal=causal, schedule="auto", dtype="bfloat16", h=4, hkv=2, s=1000,
+                       dropout=0.1)
+    yield dict(hd=128, causal=True, schedule="descending", dtype="float16", h=4, hkv=4, s=1024,
+               dropout=0.2, offsets=(1, 2, 7, 5))
+    yield dict(hd=64, causal=True, schedule="shift", dtype="bfloat16", h=4, hkv=4, s=1024,
+               dropout=0.1, offsets=(0, 4, 32, 48))
+    yield dict(hd=128, causal=True, schedule="auto", dtype="bfloat16", h=4, hkv=2, s=1000,
+               window=(256, 0), dropout=0.1)
+    yield dict(hd=64, causal=True, schedule="auto", dtype="bfloat16", h=4, hkv=2, s=1000,
+               segments=True, dropout=0.1)
 
 
 def digest(case):
@@ -60,6 +77,10 @@ def digest(case):
         kw["key_value_segment_ids"] = seg
     if "soft_cap" in case:
         kw["logits_soft_cap"] = case["soft_cap"]
+    if "dropout" in case:
+        kw["dropout_rate"] = case["dropout"]
+        kw["dropout_rng"] = jax.random.key(3)
+        kw["dropout_offsets"] = case.get("offsets")
 
     @jax.jit
     def run(q, k, v, g):
@@ -79,6 +100,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    p.add_argument("--dropout", action="store_true", help="add the dropout cases")
     a = p.parse_args()
     if a.compare:
         x, y = (json.load(open(f)) for f in a.compare)
@@ -95,7 +117,7 @@ def main():
     import jax_dash
     result = {"device": str(jax.devices()[0].device_kind), "jax_dash": jax_dash.__version__,
               "cases": {}}
-    for case in cases():
+    for case in list(cases()) + (list(dropout_cases()) if a.dropout else []):
         result["cases"][label(case)] = digest(case)
         print(label(case), result["cases"][label(case)], flush=True)
     with open(a.out, "w") as f:

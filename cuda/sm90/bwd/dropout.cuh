@@ -87,46 +87,34 @@ struct BwdDropout {
       const uint32_t mine_sel = parity ? 0x7632u : 0x5410u;
       const uint32_t theirs_sel = parity ? 0x5410u : 0x7632u;
       const uint32_t high_threshold = threshold << 16;
-      // Two blocks' calls at a time, their rounds interleaved (philox4x32_10_n): each call is a
-      // serial chain of dependent multiplies, and this loop runs while the wgmmas do.
-      constexpr int kCalls = kElements / 8;
-      constexpr int kBatch = kCalls % 2 == 0 ? 2 : 1;
       CUTE_UNROLL
-      for (int k0 = 0; k0 < kCalls; k0 += kBatch) {
-        uint32_t counters[kBatch][4], batch_words[kBatch][4];
+      for (int k = 0; k < kElements / 8; ++k) {
+        // Query column Q of the block (its v = 0 element) and the call of column Q + parity.
+        const uint32_t col = q_base + static_cast<uint32_t>(get<1>(tScS(8 * k)));
+        uint32_t counter[4], words[4];
+        dropout_counter(b, h, col + parity, row, counter);
+        philox4x32_10(counter, key0, key1, words);
+        // words[t + 2 r] serves row R + 8 r, column + 8 t. This thread's halves of its own call,
+        // and the partner's halves of it (the partner's parity is the other).
+        const uint32_t mine_r0 = __byte_perm(words[0], words[1], mine_sel);
+        const uint32_t mine_r1 = __byte_perm(words[2], words[3], mine_sel);
+        const uint32_t send_r0 = __byte_perm(words[0], words[1], theirs_sel);
+        const uint32_t send_r1 = __byte_perm(words[2], words[3], theirs_sel);
+        const uint32_t got_r0 = __shfl_xor_sync(0xffffffffu, send_r0, 4);
+        const uint32_t got_r1 = __shfl_xor_sync(0xffffffffu, send_r1, 4);
+        // Call v (column Q + v): this thread's own where v == parity, else the partner's.
+        uint32_t draws[2][2];  // [v][r]: the draws of columns +0 (low half) and +8 (high half)
+        draws[0][0] = parity ? got_r0 : mine_r0;
+        draws[0][1] = parity ? got_r1 : mine_r1;
+        draws[1][0] = parity ? mine_r0 : got_r0;
+        draws[1][1] = parity ? mine_r1 : got_r1;
         CUTE_UNROLL
-        for (int n = 0; n < kBatch; ++n) {
-          // Query column Q of the block (its v = 0 element) and the call of column Q + parity.
-          const uint32_t col = q_base + static_cast<uint32_t>(get<1>(tScS(8 * (k0 + n))));
-          dropout_counter(b, h, col + parity, row, counters[n]);
-        }
-        philox4x32_10_n<kBatch>(counters, key0, key1, batch_words);
-        CUTE_UNROLL
-        for (int n = 0; n < kBatch; ++n) {
-          const int k = k0 + n;
-          const uint32_t (&words)[4] = batch_words[n];
-          // words[t + 2 r] serves row R + 8 r, column + 8 t. This thread's halves of its own call,
-          // and the partner's halves of it (the partner's parity is the other).
-          const uint32_t mine_r0 = __byte_perm(words[0], words[1], mine_sel);
-          const uint32_t mine_r1 = __byte_perm(words[2], words[3], mine_sel);
-          const uint32_t send_r0 = __byte_perm(words[0], words[1], theirs_sel);
-          const uint32_t send_r1 = __byte_perm(words[2], words[3], theirs_sel);
-          const uint32_t got_r0 = __shfl_xor_sync(0xffffffffu, send_r0, 4);
-          const uint32_t got_r1 = __shfl_xor_sync(0xffffffffu, send_r1, 4);
-          // Call v (column Q + v): this thread's own where v == parity, else the partner's.
-          uint32_t draws[2][2];  // [v][r]: the draws of columns +0 (low half) and +8 (high half)
-          draws[0][0] = parity ? got_r0 : mine_r0;
-          draws[0][1] = parity ? got_r1 : mine_r1;
-          draws[1][0] = parity ? mine_r0 : got_r0;
-          draws[1][1] = parity ? mine_r1 : got_r1;
-          CUTE_UNROLL
-          for (int x = 0; x < 8; ++x) {  // x = v + 2 r + 4 t
-            const int v = x % 2, r = (x / 2) % 2, t = x / 4;
-            const uint32_t pair = draws[v][r];
-            const bool keep = t ? pair >= high_threshold : (pair & 0xFFFFu) >= threshold;
-            const int e = 8 * k + x;
-            bits.w[e / 32] |= static_cast<uint32_t>(keep) << (e % 32);
-          }
+        for (int x = 0; x < 8; ++x) {  // x = v + 2 r + 4 t
+          const int v = x % 2, r = (x / 2) % 2, t = x / 4;
+          const uint32_t pair = draws[v][r];
+          const bool keep = t ? pair >= high_threshold : (pair & 0xFFFFu) >= threshold;
+          const int e = 8 * k + x;
+          bits.w[e / 32] |= static_cast<uint32_t>(keep) << (e % 32);
         }
       }
     } else {

@@ -83,30 +83,20 @@ struct FwdDropout {
     if (aligned) {
       // 16-column block q: elements 8 q + v + 2 r + 4 t (t: columns + 8), word r + 2 t of the call
       // whose counter is that of the block's element (r, t, v) = (0, 0, 0) (cuda/dropout.h).
-      // Two blocks' calls at a time, their rounds interleaved (philox4x32_10_n: each call is a
-      // serial chain of dependent multiplies).
-      constexpr int kCalls = kElements / 8;
-      constexpr int kBatch = kCalls % 2 == 0 ? 2 : 1;
       CUTE_UNROLL
-      for (int q0 = 0; q0 < kCalls; q0 += kBatch) {
-        uint32_t counters[kBatch][4], batch_words[kBatch][4];
+      for (int q = 0; q < kElements / 8; ++q) {
+        const uint32_t i = row0 + static_cast<uint32_t>(get<0>(tScS(8 * q)));
+        const uint32_t j = col0 + static_cast<uint32_t>(get<1>(tScS(8 * q)));
+        uint32_t counter[4], words[4];
+        dropout_counter(b, h, i, j, counter);
+        philox4x32_10(counter, key0, key1, words);
         CUTE_UNROLL
-        for (int n = 0; n < kBatch; ++n) {
-          const uint32_t i = row0 + static_cast<uint32_t>(get<0>(tScS(8 * (q0 + n))));
-          const uint32_t j = col0 + static_cast<uint32_t>(get<1>(tScS(8 * (q0 + n))));
-          dropout_counter(b, h, i, j, counters[n]);
-        }
-        philox4x32_10_n<kBatch>(counters, key0, key1, batch_words);
-        CUTE_UNROLL
-        for (int n = 0; n < kBatch; ++n) {
-          CUTE_UNROLL
-          for (int w = 0; w < 8; ++w) {  // w = v + 2 r + 4 t
-            const int v = w % 2, r = (w / 2) % 2, t = w / 4;
-            const uint32_t word = batch_words[n][r + 2 * t];
-            const uint32_t draw = v ? (word >> 16) : (word & 0xFFFFu);
-            float& prob = tSrS(8 * (q0 + n) + w);
-            prob = draw >= threshold ? prob * keep_scale : 0.f;
-          }
+        for (int w = 0; w < 8; ++w) {  // w = v + 2 r + 4 t
+          const int v = w % 2, r = (w / 2) % 2, t = w / 4;
+          const uint32_t word = words[r + 2 * t];
+          const uint32_t draw = v ? (word >> 16) : (word & 0xFFFFu);
+          float& prob = tSrS(8 * q + w);
+          prob = draw >= threshold ? prob * keep_scale : 0.f;
         }
       }
     } else {

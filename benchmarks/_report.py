@@ -345,7 +345,7 @@ def render_markdown(data: dict) -> str:
     kernels = {var: value for var, value in (env.get("jax_dash_kernels") or {}).items() if value}
     lines.append("- jax_dash Hopper kernels: " + (
         ", ".join(f"{var}={value}" for var, value in sorted(kernels.items())) if kernels
-        else "the defaults (no JAX_DASH_SM90_FWD / JAX_DASH_SM90_BWD)"))
+        else "the defaults (no JAX_DASH_SM90_FWD)"))
     if res.peak_tflops:
         peak = data["records"]["peak"]["result"]
         lines.append(f"- measured {peak['dtype']} matmul peak ({peak['size']}^3, random data): "

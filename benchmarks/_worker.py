@@ -58,9 +58,8 @@ def env_info() -> dict:
         "numpy": np.__version__,
         "python": py_platform.python_version(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        # Which Hopper kernels jax_dash ran (cuda/sm90/launch.h: opt-in warp-specialized variants).
-        "jax_dash_kernels": {var: os.environ.get(var, "")
-                             for var in ("JAX_DASH_SM90_FWD", "JAX_DASH_SM90_BWD")},
+        # Which Hopper forward kernel jax_dash ran (cuda/sm90/launch.h; the backward has one).
+        "jax_dash_kernels": {var: os.environ.get(var, "") for var in ("JAX_DASH_SM90_FWD",)},
         "worker_pid": os.getpid(),
         "cudnn": None,
         "driver": None,

@@ -39,8 +39,9 @@ class BitsVersion(NamedTuple):
 #   than version 1 (a zero or negative scale, or a soft cap, keeps the version-1 arithmetic).
 #   jax_dash 0.1.0 carried both forward versions under one version number.
 # backward 1: docs/determinism.md numbers no backward version; 1 names the backward bits of 0.2.0
-#   (on the GPU two families: the warp-specialized kernels', the default, and the classic kernel's,
-#   chosen by JAX_DASH_SM90_BWD and seq_q). The backward bits changes within 0.1.0 (CHANGELOG.md:
+#   (on the GPU two families until 2026-11-26: the warp-specialized kernels' and the classic
+#   kernel's, which ran queries too long for the former's tables; the classic kernel is deleted
+#   and those queries are refused, so one family is left, the warp-specialized kernels'). The backward bits changes within 0.1.0 (CHANGELOG.md:
 #   per-head waves 2026-11-22, the warp-specialized default 2026-11-23, auto's schedules
 #   2026-11-23/24) predate the numbering.
 BITS_VERSION = BitsVersion(forward=2, backward=1)

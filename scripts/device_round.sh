@@ -11,11 +11,10 @@
 #             maintainers/scripts/build_here.sh builds such a folder on a machine without a GPU)
 #   sass      count HGMMA (wgmma) instructions per kernel in the built extension (cuobjdump);
 #             fails if the forward kernel has none
-#   checks    the standalone driver (tests/sm90_check.cu): default kernels, the classic backward
-#             (the long-query fallback's kernel, JAX_DASH_SM90_BWD=classic), the forward
-#             variants' bits, and the masked kernels' cases (driver mode "masks")
+#   checks    the standalone driver (tests/sm90_check.cu): default kernels, the forward variants'
+#             bits, the masked kernels' cases (driver mode "masks") and dropout's ("dropout")
 #   sanitize  scripts/sanitize.sh over the driver (SAN_TOOLS, default all four; SAN_ENV e.g.
-#             "JAX_DASH_SM90_BWD=classic"); with "masks" in STAGES also memcheck, synccheck and
+#             "JAX_DASH_SM90_FWD=ws"); with "masks" in STAGES also memcheck, synccheck and
 #             initcheck over the masked cases
 #   ncu       Nsight Compute over the driver's bench (NCU_SHAPES, ';'-separated "B S H Hkv D causal
 #             schedule"): forward and backward main kernels, speed of light, warp states and the
@@ -23,8 +22,7 @@
 #             with maintainers/scripts/ncu_sass_hotspots.py)
 #   kbench    kernel-only timings of the default kernels with the driver's bench (KBENCH_SHAPES,
 #             ';'-separated, default the headline shapes; KBENCH_ENV e.g. "JAX_DASH_SM90_FWD=ws";
-#             KBENCH_BWD e.g. "classic ws-rs": every shape once per backward kernel, in turn;
-#             KBENCH_RUNS e.g. "JAX_DASH_SM90_BWD=ws-rs;JAX_DASH_SM90_FWD=ws-persistent": every
+#             KBENCH_RUNS e.g. "JAX_DASH_SM90_FWD=ws;JAX_DASH_SM90_FWD=ws-persistent": every
 #             shape once per ';'-separated environment setting, logs kbench_r<i>_<shape>;
 #             KBENCH_BASE=path/to/another/jax_dash_sm90_check: each shape timed with it too, right
 #             after, logs kbench_base_<shape>)
@@ -89,9 +87,9 @@ if has sass; then
 fi
 if has checks && [[ -n "$D" ]]; then
   stage check_default 90 "$D"
-  stage check_classic 90 env JAX_DASH_SM90_BWD=classic "$D"
   stage variants 90 "$D" variants
   stage check_masks 120 "$D" masks
+  stage check_dropout 120 "$D" dropout
 fi
 if has ncu && [[ -n "$D" ]]; then
   IFS=';' read -r -a ncu_shapes <<<"${NCU_SHAPES:-2 8192 16 16 128 0 descending;1 16384 32 32 64 0 descending}"
@@ -121,13 +119,11 @@ fi
 if has kbench && [[ -n "$D" ]]; then
   IFS=';' read -r -a kb_shapes <<<"${KBENCH_SHAPES:-2 8192 16 16 128 0 descending;2 8192 16 16 128 0 atomic;2 8192 16 16 128 1 symmetric_shift;1 16384 32 32 64 0 descending;1 16384 32 32 64 0 atomic;1 16384 32 32 64 1 symmetric_shift;8 2048 16 16 128 0 descending;8 2048 32 32 64 0 descending}"
   # The runs, each a log-name tag and an environment setting: KBENCH_RUNS (tags r0, r1, ...),
-  # or one per KBENCH_BWD kernel (tagged with its name), or the defaults (no tag).
+  # or the defaults (no tag).
   tags=(); envs=()
   if [[ -n "${KBENCH_RUNS:-}" ]]; then
     IFS=';' read -r -a envs <<<"$KBENCH_RUNS"
     for i in "${!envs[@]}"; do tags+=("r${i}_"); done
-  elif [[ -n "${KBENCH_BWD:-}" ]]; then
-    for bwd in $KBENCH_BWD; do tags+=("${bwd}_"); envs+=("JAX_DASH_SM90_BWD=$bwd"); done
   else
     tags=(""); envs=("")
   fi

@@ -6,15 +6,13 @@
 //                                  reference, poisoned outputs, bitwise repeatability
 //   jax_dash_sm90_check bench B S H Hkv D causal schedule iters
 //                                  backward (and forward) of one bf16 problem, `iters` times, for a
-//                                  profiler; prints the mean time of each, and with the
-//                                  warp-specialized backward the per-role wait trace of one run
+//                                  profiler; prints the mean time of each and the backward's
+//                                  per-role wait trace of one run
 //   jax_dash_sm90_check variants   the same bits from the forward kernels that promise them: ws,
 //                                  ws-persistent and ws-persistent-narrow (the same cases,
 //                                  compared bitwise)
 //   jax_dash_sm90_check masks      the masked kernel instantiations (window, lengths, segment
 //                                  ids, soft cap; issue 13) against the fp64 reference
-//   JAX_DASH_SM90_BWD=ws-rs|classic  the backward main kernel (default ws-rs; classic: the
-//                                  long-query fallback's kernel at every length; launch.h)
 //   JAX_DASH_SM90_FWD=ws|ws-persistent|ws-persistent-narrow  the forward kernel (default: by
 //                                  length; launch.h)
 //
@@ -606,7 +604,7 @@ bool run_case(const Case& c) {
                 added ? "ok" : "FAIL");
     ok &= added;
   }
-  if ((c.lengths || c.segment_length > 0) && jax_dash::sm90::bwd_uses_warp_specialized(d.p)) {
+  if (c.lengths || c.segment_length > 0) {
     // Rows with lengths or segment ids: only the steps some query can see are computed.
     const std::vector<double> sums = trace_sums(d.p);
     const int64_t computed = static_cast<int64_t>(sums[sums.size() - 2]);
@@ -986,7 +984,7 @@ int bench(int argc, char** argv) {
               c.kv_heads, c.head_dim, c.causal ? "causal" : "full", schedule_name(c.schedule),
               p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
               2.5 * flops / (bwd_ms / iters) * 1e-9);
-  if (jax_dash::sm90::bwd_uses_warp_specialized(p)) print_trace(p);
+  print_trace(p);
   return 0;
 }
 
@@ -1146,10 +1144,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.c_str());
     return 2;
   }
-  const char* bwd_variant = std::getenv("JAX_DASH_SM90_BWD");
   const char* fwd_variant = std::getenv("JAX_DASH_SM90_FWD");
-  std::printf("backward main kernel: %s (long queries: classic); forward: %s\n",
-              bwd_variant == nullptr || *bwd_variant == '\0' ? "ws-rs" : bwd_variant,
+  std::printf("forward kernel: %s\n",
               fwd_variant == nullptr || *fwd_variant == '\0' ? "by length" : fwd_variant);
   int failed = check_first_store() ? 0 : 1;
   for (const Case& c : cases) failed += run_case(c) ? 0 : 1;

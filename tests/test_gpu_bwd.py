@@ -220,42 +220,24 @@ def test_small_case_for_sanitizer():
                                  tag=f"sanitizer {shape}")
 
 
-@pytest.mark.parametrize("head_dim", [128, 256])
-def test_backward_too_long_for_shared_memory_is_refused_before_launch(head_dim):
-    """The main kernel's per-Q-tile tables live in shared memory, so at head_dim 128 (and 256,
-    which has no classic kernel to fall back to) a query of 1M tokens cannot fit: the handler says
-    so (InvalidArgument naming seq_q and the limit) before it enqueues anything, and the next
-    backward on the stream runs normally."""
+@pytest.mark.parametrize("head_dim, seq", [(128, 300_000), (128, 1 << 20), (256, 1 << 20)])
+def test_backward_too_long_for_shared_memory_is_refused_before_launch(head_dim, seq):
+    """The main kernel's per-Q-tile tables live in shared memory, so a query beyond about 254k
+    tokens at head_dim 128 cannot fit (the first, "classic" kernel that ran such queries with
+    smaller tables is deleted): the handler says so (InvalidArgument naming seq_q, the limit and
+    ring_attention) before it enqueues anything, and the next backward on the stream runs
+    normally."""
     gpu = jax.devices("gpu")[0]
-    seq = 1 << 20
     q = jax.device_put(jnp.zeros((1, seq, 1, head_dim), jnp.bfloat16), gpu)
     lse = jax.device_put(jnp.zeros((1, 1, seq), jnp.float32), gpu)
     with pytest.raises(jax.errors.JaxRuntimeError, match=(
             r"INVALID_ARGUMENT: jax_dash: the GPU backward supports seq_q up to \d+ at "
-            rf"head_dim={head_dim} on this GPU .* got seq_q={seq}")):
+            rf"head_dim={head_dim} on this GPU .* got seq_q={seq}; shard the sequence over "
+            r"devices with jax_dash.ring_attention")):
         jax.block_until_ready(_bwd_fn(0.1, False, "descending")(q, q, q, q, lse, q))
     q, k, v, dout, out, lse, scale = _gpu_inputs(0, 1, 256, 256, 2, 2, 64, jnp.bfloat16, True)
     dq, dk, dv = _bwd_fn(scale, True, "descending")(q, k, v, out.astype(q.dtype), lse, dout)
     assert all(bool(jnp.all(jnp.isfinite(g.astype(jnp.float32)))) for g in (dq, dk, dv))
-
-
-def test_long_query_runs_the_classic_kernel_with_its_bits(monkeypatch):
-    """A query longer than the warp-specialized kernel's shared-memory tables (about 254k tokens at
-    head_dim 128) runs the classic main kernel instead of failing: the default call gives exactly
-    the bits of JAX_DASH_SM90_BWD=classic, and both match the reference."""
-    seq_q, seq_kv = 300_000, 200
-    q, k, v, dout, out, lse, scale = _gpu_inputs(7, 1, seq_q, seq_kv, 1, 1, 128, jnp.bfloat16,
-                                                 False)
-    out = out.astype(q.dtype)
-    monkeypatch.delenv("JAX_DASH_SM90_BWD", raising=False)
-    default = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
-    jax.block_until_ready(default)
-    monkeypatch.setenv("JAX_DASH_SM90_BWD", "classic")
-    classic = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
-    for name, a, b in zip(("dq", "dk", "dv"), default, classic):
-        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), name
-    _check_against_reference(q, k, v, dout, out, lse, scale, False, default,
-                             tag=f"seq_q={seq_q} (classic kernel)")
 
 
 @pytest.mark.parametrize("schedule", ["descending", "shift", "atomic"])
@@ -284,12 +266,8 @@ def test_without_unit_tables_the_bits_are_the_same(schedule):
 
 
 @pytest.mark.parametrize("var,value,allowed", [
-    ("JAX_DASH_SM90_BWD", "fast", "use ws-rs or classic"),
     ("JAX_DASH_SM90_FWD", "ws-rs", "use ws, ws-persistent or ws-persistent-narrow"),
-    # Variants deleted after losing their A/B tests (maintainers/perf-notes.md, 2026-11-26).
-    ("JAX_DASH_SM90_BWD", "ws", "use ws-rs or classic"),
-    ("JAX_DASH_SM90_BWD", "ws-rs2", "use ws-rs or classic"),
-    ("JAX_DASH_SM90_BWD", "ws-rs-async", "use ws-rs or classic"),
+    # A variant deleted after losing its A/B test (maintainers/perf-notes.md, 2026-11-26).
     ("JAX_DASH_SM90_FWD", "classic", "use ws, ws-persistent or ws-persistent-narrow")])
 def test_unknown_kernel_variant_is_a_clear_error(monkeypatch, var, value, allowed):
     """An unknown kernel name in the environment (a deleted variant's too) is refused before
@@ -304,3 +282,16 @@ def test_unknown_kernel_variant_is_a_clear_error(monkeypatch, var, value, allowe
     monkeypatch.delenv(var)
     grads = _bwd_fn(scale, False, "descending")(q, k, v, out, lse, dout)
     assert all(bool(jnp.all(jnp.isfinite(g.astype(jnp.float32)))) for g in grads)
+
+
+def test_the_backward_reads_no_kernel_variable(monkeypatch):
+    """The backward has one kernel: JAX_DASH_SM90_BWD (which chose the deleted classic kernel)
+    changes nothing, so a stale setting cannot select or break anything."""
+    q, k, v, dout, out, lse, scale = _gpu_inputs(9, 1, 256, 256, 2, 2, 64, jnp.bfloat16, True)
+    out = out.astype(q.dtype)
+    monkeypatch.delenv("JAX_DASH_SM90_BWD", raising=False)
+    plain = _bwd_fn(scale, True, "descending")(q, k, v, out, lse, dout)
+    monkeypatch.setenv("JAX_DASH_SM90_BWD", "classic")
+    again = _bwd_fn(scale, True, "descending")(q, k, v, out, lse, dout)
+    for name, a, b in zip(("dq", "dk", "dv"), plain, again):
+        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), name

@@ -93,15 +93,3 @@ def test_dropped_hidden_pairs_keep_the_band_order(head_dim):
     np.testing.assert_array_equal(grads["ascending"][1], grads["descending"][1])
     for a, b in zip(grads["auto"], grads["descending"]):
         np.testing.assert_array_equal(a, b)
-
-
-def test_masks_with_the_classic_kernel_are_refused_clearly(monkeypatch):
-    """The mask policy lives in the warp-specialized kernels only: asking for the classic backward
-    with a mask is an error that says so."""
-    monkeypatch.setenv("JAX_DASH_SM90_BWD", "classic")
-    with jax.default_device(HOPPER):
-        q, k, v, dout = random_inputs(0, 2, 256, 256, 4, 2, 64, jnp.bfloat16)
-        fn = lambda q, k, v: jax_dash.attention(q, k, v, local_window_size=(64, 0))  # noqa: E731
-        with pytest.raises(jax.errors.JaxRuntimeError,
-                           match="local_window_size needs the warp-specialized Hopper kernels"):
-            jax.block_until_ready(jax.vjp(fn, q, k, v)[1](dout))

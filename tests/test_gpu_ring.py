@@ -9,9 +9,9 @@ tests/sm90_check.cu checks that they round to the 16-bit gradients exactly). Ski
 
 The accumulating backward (``_ffi.bwd_call(..., sums=...)``: the kernels add the float32 gradients
 into the ring's sums in place) must give the bits of the sums plus the non-accumulating call's
-float32 gradients, in every epilogue that writes float32 gradients: the dQ postprocess (fragment
-order and classic), the warp-specialized kernel's staged float32 dK/dV epilogue (with and without
-GQA, head_dim 64/128/256), the masked instantiation's and the classic kernel's direct store_dk_dv.
+float32 gradients, in every epilogue that writes float32 gradients: the dQ postprocess, the
+warp-specialized kernel's staged float32 dK/dV epilogue (with and without GQA, head_dim
+64/128/256), the masked instantiation's direct store_dk_dv.
 """
 
 from __future__ import annotations
@@ -118,34 +118,29 @@ def test_simulated_ring_gradients_repeat_bitwise(schedule):
 
 # ---- accumulating backward --------------------------------------------------------------------
 
-# head_dim, is_causal, kv_heads, JAX_DASH_SM90_BWD (None: the default ws-rs), window (masked kernel)
+# head_dim, is_causal, kv_heads, window (the masked kernel)
 ACCUMULATE_CASES = [
-    (128, True, 2, None, None),         # ws-rs: GQA, the last group member writes sum * scale
-    (128, False, 4, None, None),        # ws-rs: no GQA, the partial goes out directly
-    (64, True, 2, None, None),          # two dQ buffers at head_dim 64
-    (64, False, 4, None, None),
-    (256, True, 2, None, None),         # kSplitD
-    (256, True, 4, None, None),
-    (128, True, 2, "classic", None),    # bwd/classic_kernel.cuh: store_dk_dv, element-wise dQ postprocess
-    (128, False, 4, "classic", None),
-    (128, True, 2, None, (96, 0)),      # masked instantiation: its direct store_dk_dv (GQA)
-    (128, False, 4, None, (96, 32)),    # ... and without GQA
+    (128, True, 2, None),         # ws-rs: GQA, the last group member writes sum * scale
+    (128, False, 4, None),        # ws-rs: no GQA, the partial goes out directly
+    (64, True, 2, None),          # two dQ buffers at head_dim 64
+    (64, False, 4, None),
+    (256, True, 2, None),         # kSplitD
+    (256, True, 4, None),
+    (128, True, 2, (96, 0)),      # masked instantiation: its direct store_dk_dv (GQA)
+    (128, False, 4, (96, 32)),    # ... and without GQA
 ]
-ACCUMULATE_IDS = [f"hd{d}-{'causal' if c else 'full'}-kv{kv}-{kernel or 'ws-rs'}"
-                  f"{'-window' if w else ''}" for d, c, kv, kernel, w in ACCUMULATE_CASES]
+ACCUMULATE_IDS = [f"hd{d}-{'causal' if c else 'full'}-kv{kv}{'-window' if w else ''}"
+                  for d, c, kv, w in ACCUMULATE_CASES]
 
 
 def _f32_bits(x):
     return np.asarray(x, np.float32).view(np.uint32)
 
 
-@pytest.mark.parametrize("head_dim, is_causal, kv_heads, kernel, window", ACCUMULATE_CASES,
+@pytest.mark.parametrize("head_dim, is_causal, kv_heads, window", ACCUMULATE_CASES,
                          ids=ACCUMULATE_IDS)
-def test_accumulating_backward_adds_the_float32_gradients_bitwise(monkeypatch, head_dim,
-                                                                  is_causal, kv_heads, kernel,
+def test_accumulating_backward_adds_the_float32_gradients_bitwise(head_dim, is_causal, kv_heads,
                                                                   window):
-    if kernel is not None:
-        monkeypatch.setenv("JAX_DASH_SM90_BWD", kernel)  # read by the handler at each call
     q, k, v, dout = (jax.device_put(x, HOPPER[0]) for x in
                      random_inputs(4, 2, 600, 600, HEADS, kv_heads, head_dim, jnp.bfloat16))
     scale = 1.0 / np.sqrt(head_dim)

@@ -93,25 +93,6 @@ ffi::Error check_gpu_problem(const AttentionParams& p) {
   return ffi::Error::Success();
 }
 
-// The mask policy beyond causal (window, lengths, segment ids, soft cap; cuda/mask.h) lives in the
-// warp-specialized Hopper kernels only (verified on an H100 on 2026-11-23: tests/test_gpu_masks.py
-// and the driver's "masks" mode): every forward kernel, and the backward's ws-rs. A backward that
-// would run the classic kernel with one is refused, naming the argument.
-ffi::Error check_gpu_bwd_mask(const AttentionParams& p) {
-  const char* feature = nullptr;
-  if (p.has_window) feature = "local_window_size";
-  else if (p.q_seq_lengths != nullptr) feature = "query_seq_lengths/key_value_seq_lengths";
-  else if (p.q_segment_ids != nullptr) feature = "query_segment_ids/key_value_segment_ids";
-  else if (p.logits_soft_cap > 0.0f) feature = "logits_soft_cap";
-  else if (p.has_dropout) feature = "dropout_rate > 0";
-  if (feature == nullptr || bwd_uses_warp_specialized(p)) return ffi::Error::Success();
-  return ffi::Error(ffi::ErrorCode::kUnimplemented,
-                    std::string("jax_dash: ") + feature +
-                        " needs the warp-specialized Hopper kernels (the default backward, ws-rs; "
-                        "not JAX_DASH_SM90_BWD=classic), and a backward whose seq_q fits their "
-                        "shared-memory tables; got seq_q=" + std::to_string(p.seq_q));
-}
-
 // The dropout operands of jax_dash_fwd_dropout on the GPU: key (uint32 [2]) and offsets (int32 [4])
 // are device buffers, so only their shapes are checked here (the CPU handler also checks the
 // offsets' values; jax_dash/dropout.py builds them >= 0); the kernels read them.
@@ -233,7 +214,6 @@ ffi::Error Bwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::Any
                           has_segment_ids};
   if (ffi::Error e = describe_mask(mask, &p); e.failure()) return e;
   if (ffi::Error e = describe_gpu_dropout(dropout, &p); e.failure()) return e;
-  if (ffi::Error e = check_gpu_bwd_mask(p); e.failure()) return e;
   if (ffi::Error e = check_gpu_problem(p); e.failure()) return e;
   if (std::string e = kernel_selection_error(); !e.empty()) return ffi::Error::InvalidArgument(e);
   if (ffi::Error e = check_schedule(schedule, &p.schedule); e.failure()) return e;
@@ -263,8 +243,9 @@ ffi::Error Bwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::Any
         "jax_dash: the GPU backward supports seq_q up to " +
         std::to_string(occupancy.max_seq_q) + " at head_dim=" + std::to_string(p.head_dim) +
         " on this GPU (its per-query-tile schedule tables live in shared memory), got seq_q=" +
-        std::to_string(p.seq_q) + "; use a shorter query sequence (without a causal mask, "
-        "query chunks of at most that length over the same keys give the same gradients)");
+        std::to_string(p.seq_q) + "; shard the sequence over devices with "
+        "jax_dash.ring_attention (each device's block must be at most that long), or, without "
+        "a causal mask, run query chunks of at most that length over the same keys");
   }
   if (occupancy.wave < 1) {
     return ffi::Error::Internal(

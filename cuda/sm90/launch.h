@@ -18,12 +18,9 @@ namespace jax_dash::sm90 {
 //                      ws-persistent: the same looping over tiles (one CTA per SM);
 //                      ws-persistent-narrow: ws-persistent with 128-row query tiles at head_dim 64.
 //                      All give the same bits.
-//   JAX_DASH_SM90_BWD  ws-rs (the default when unset or empty): warp-specialized, dV and dK from
-//                      registers; classic: bwd/classic_kernel.cuh, another bits version,
-//                      which a query too long for ws-rs's shared-memory tables runs whatever
-//                      the variable says.
-// kernel_selection_error(): empty if both variables are valid, else a message naming the variable
-// and the values allowed (the handlers return it before enqueuing anything).
+// (The backward has one kernel, bwd/kernel.cuh: no variable.)
+// kernel_selection_error(): empty if the variable is valid, else a message naming it and the
+// values allowed (the handlers return it before enqueuing anything).
 std::string kernel_selection_error();
 bool fwd_kernel_valid();
 bool fwd_uses_persistent(const AttentionParams& p);  // this call runs ws-persistent
@@ -45,12 +42,10 @@ cudaError_t bwd_occupancy(const AttentionParams& p, BwdOccupancy* out);
 
 // Backward: preprocess (dsum, zeroed workspace), main (tickets of p.schedule), postprocess.
 // p.wave must be in [1, bwd_occupancy(p).wave]. Never synchronizes; returns the first CUDA error.
-// `trace`, if not null and the problem runs a warp-specialized main kernel
-// (bwd_uses_warp_specialized(p)), receives its per-role wait counters (bwd_trace_slots() per CTA,
-// at least p.wave CTAs; cuda/sm90/bwd/trace.cuh WsTraceSlot).
+// `trace`, if not null, receives the main kernel's per-role wait counters (bwd_trace_slots() per
+// CTA, at least p.wave CTAs; cuda/sm90/bwd/trace.cuh WsTraceSlot).
 cudaError_t run_bwd(const AttentionParams& p, cudaStream_t stream,
                     unsigned long long* trace = nullptr);
 int bwd_trace_slots();
-bool bwd_uses_warp_specialized(const AttentionParams& p);
 
 }  // namespace jax_dash::sm90

@@ -1,7 +1,7 @@
 // Named-barrier ids of the sm90 kernels, both directions in one place so that a reader sees every
 // id and no two roles' barriers can collide. Id 0 is __syncthreads; a CTA has 16 (0-15). The
-// forward and the backward run in kernels of their own, so their ids may coincide; the classic
-// backward (bwd/classic_kernel.cuh) and the pre- and postprocess kernels use none.
+// forward and the backward run in kernels of their own, so their ids may coincide; the pre- and
+// postprocess kernels use none.
 #pragma once
 
 #include <cuda_runtime.h>

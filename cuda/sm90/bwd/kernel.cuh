@@ -1,9 +1,8 @@
 // Warp-specialized backward main kernel for sm90, the default backward ("ws-rs"; stages S1-S3 of
 // the kernel plan; maintainers/perf-notes.md).
 //
-// Same work items, visit orders, tickets and tile products as the classic kernel
-// (bwd/classic_kernel.cuh; both take the MMA types and shared-memory layouts of traits.cuh's
-// BwdTileTraits), with the work split by role:
+// Work items, visit orders and tickets of cuda/schedule.h, the tile products of traits.cuh's
+// BwdTileTraits, with the work split by role:
 //
 //   warpgroup 0 ("service", registers lowered to kServiceRegisters)
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
@@ -28,8 +27,7 @@
 // A unit is one KV tile of one item (a symmetric_shift item has two). Units are fetched by the
 // first math thread, in increasing global item order, only after every role has finished the
 // previous unit (the writer's last ticket release and the math epilogue included): one item per CTA
-// at a time, exactly as in the classic kernel, so the deadlock argument of cuda/schedule.h
-// applies unchanged. Inside a CTA every wait points to an earlier step of the same unit.
+// at a time, so the deadlock argument of cuda/schedule.h applies. Inside a CTA every wait points to an earlier step of the same unit.
 //
 // dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
 // accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
@@ -42,9 +40,9 @@
 // barrier), dQ, dK. (The variant with every product from shared memory, "ws", was 4-21% slower and
 // is deleted: maintainers/perf-notes.md.)
 //
-// Bits: every dq_accum element still receives one fp32 add per contribution in ticket order, but
-// P is computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than
-// the classic kernel), so the gradients are a different bits version from the classic kernel's.
+// Bits: every dq_accum element receives one fp32 add per contribution in ticket order; P is
+// computed as ex2.approx.ftz(fma(S, scale*log2e, -lse*log2e)) (one rounding fewer than the first,
+// "classic" kernel, deleted on 2026-11-26, whose gradients were another bits version).
 //
 // The roles live in files of their own (cuda/sm90/bwd/), in the manner of FlashAttention-3's
 // hopper/ directory, and the kernel is a composition of role types: BwdWsKernel<Mainloop, Epilogue,
@@ -64,7 +62,7 @@
 //   gemm.cuh           the wgmma chains (operands from shared memory or A from registers)
 //   trace.cuh          the opt-in per-role wait trace
 // (the named-barrier ids of both directions are in cuda/sm90/named_barrier.cuh)
-// and, beside them, classic_kernel.cuh (the long-query fallback's kernel), preprocess.cuh,
+// and, beside them, preprocess.cuh,
 // postprocess.cuh and launch.cu (the host side: workspace, launches, kernel choice).
 #pragma once
 
@@ -101,8 +99,8 @@ struct BwdWsKernel {
   // unit's visit order and tickets, num_q_tiles entries each).
   __device__ __forceinline__ void operator()(const Params& P, char* smem_raw) const {
     using SharedStorage = typename Traits::SharedStorage;
-    // Align by offsetting smem_raw itself so that derived pointers stay in the shared window (see
-    // bwd/classic_kernel.cuh).
+    // Align by offsetting smem_raw itself (not through an integer round trip) so that derived
+    // pointers stay in the shared window and the compiler keeps shared-memory loads and stores.
     const uint32_t smem_base = cute::cast_smem_ptr_to_uint(smem_raw);
     const uint32_t smem_pad =
         (Traits::kSmemAlign - smem_base % Traits::kSmemAlign) % Traits::kSmemAlign;

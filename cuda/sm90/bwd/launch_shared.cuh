@@ -1,5 +1,5 @@
 // Definitions of the launches that the instantiations of one (dtype, head_dim) share (launch_bwd.h:
-// launch_preprocess, launch_postprocess_dq). Included only by the unmasked instantiation file of
+// launch_preprocess). Included only by the unmasked instantiation file of
 // each (dtype, head_dim) generated from instantiate.cu.in, which instantiates them, so that each of
 // their kernels is compiled once.
 #pragma once
@@ -10,7 +10,6 @@
 
 #include "cuda/params.h"
 #include "cuda/sm90/bwd/launch_bwd.h"
-#include "cuda/sm90/bwd/postprocess.cuh"
 #include "cuda/sm90/bwd/preprocess.cuh"
 
 namespace jax_dash::sm90::bwd {
@@ -24,16 +23,6 @@ cudaError_t launch_preprocess(const AttentionParams& p, const BwdWorkspaceLayout
           static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,
           p.workspace_f32 + ws.dsum, p.workspace_f32 + ws.lse_log2, p.batch, p.seq_q,
           p.num_heads, rows_q, tables);
-  return cudaGetLastError();
-}
-
-template <class Element, int kHeadDim>
-cudaError_t launch_postprocess_dq(const AttentionParams& p, const BwdWorkspaceLayout& ws,
-                                  int64_t rows_q, int64_t blocks, cudaStream_t stream) {
-  bwd_postprocess_dq_kernel<Element, kHeadDim>
-      <<<static_cast<unsigned>(blocks), kPostprocessThreads, 0, stream>>>(
-          p.workspace_f32 + ws.dq_accum, p.dq, p.batch, p.seq_q, p.num_heads, rows_q,
-          p.scale_ptr, p.grad_dtype == DType::kFloat32, p.accumulate);
   return cudaGetLastError();
 }
 

@@ -11,7 +11,6 @@
 
 #include "cuda/params.h"
 #include "cuda/schedule.h"
-#include "cuda/sm90/bwd/classic_kernel.cuh"
 #include "cuda/sm90/bwd/kernel.cuh"
 #include "cuda/sm90/bwd/launch_bwd.h"
 #include "cuda/sm90/bwd/postprocess.cuh"
@@ -21,21 +20,13 @@ namespace jax_dash::sm90::bwd {
 
 template <class Traits>
 auto main_kernel() {
-  if constexpr (Traits::kWarpSpecialized) {
-    return bwd_main_ws_kernel<BwdWsKernelFor<Traits>>;
-  } else {
-    return bwd_main_kernel<Traits>;
-  }
+  return bwd_main_ws_kernel<BwdWsKernelFor<Traits>>;
 }
 
-// Whether Traits is a masked instantiation (bwd/kernel.cuh kMask; the classic kernel has none).
+// Whether Traits is a masked instantiation (bwd/kernel.cuh kMask).
 template <class Traits>
 constexpr bool has_mask_policy_instance() {
-  if constexpr (Traits::kWarpSpecialized) {
-    return Traits::kMask;
-  } else {
-    return false;
-  }
+  return Traits::kMask;
 }
 
 template <class Traits>
@@ -45,7 +36,7 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  if constexpr (Traits::kWarpSpecialized) {
+  {
     // setmaxnreg moves registers between warpgroups inside the CTA's allocation: the math
     // warpgroups' increase would wait forever if the launch allocation were smaller than the sum.
     cudaFuncAttributes attr{};
@@ -86,7 +77,7 @@ template <class Traits>
 void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
                  bool dq_first_store, unsigned long long* trace, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
-  if constexpr (Traits::kWarpSpecialized) {
+  {
     using Element = typename Traits::Element;
     WsParams<Traits> P{};
     P.p = p;
@@ -113,9 +104,6 @@ void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t it
     }
     bwd_main_ws_kernel<BwdWsKernelFor<Traits>>
         <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
-  } else {
-    bwd_main_kernel<Traits>
-        <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(p, sp, items);
   }
 }
 
@@ -133,10 +121,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
 
   // Zero what is summed into or counted: dq_accum (unless the main kernel stores each Q tile's
   // first contribution: WsParams::dq_first_store), the GQA accumulators, all int32 counters.
-  bool dq_first_store = false;
-  if constexpr (Traits::kWarpSpecialized) {
-    dq_first_store = items > 0 && dq_first_store_applies<Traits>(sp);
-  }
+  const bool dq_first_store = items > 0 && dq_first_store_applies<Traits>(sp);
   if (!dq_first_store &&
       (err = cudaMemsetAsync(p.workspace_f32 + ws.dq_accum, 0,
                              (ws.dsum - ws.dq_accum) * sizeof(float), stream)) != cudaSuccess)
@@ -153,16 +138,14 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
   if (pre_rows > 0) {
     // The warp-specialized kernel's unit tables come from the preprocess's last blocks.
     UnitTables tables{};
-    if constexpr (Traits::kWarpSpecialized) {
-      if (items > 0 && ws.unit_tables) {
-        tables.sp = sp;
-        tables.deterministic = sp.schedule != Schedule::kAtomic;
-        tables.steps = p.workspace_i32 + ws.unit_steps;
-        tables.visit = p.workspace_i32 + ws.unit_visit;
-        tables.ticket = p.workspace_i32 + ws.unit_ticket;
-        tables.blocks = ceil_div(static_cast<int64_t>(sp.num_q_tiles) * sp.num_kv_tiles,
-                                 int64_t{kPreprocessWarps} * 32);
-      }
+    if (items > 0 && ws.unit_tables) {
+      tables.sp = sp;
+      tables.deterministic = sp.schedule != Schedule::kAtomic;
+      tables.steps = p.workspace_i32 + ws.unit_steps;
+      tables.visit = p.workspace_i32 + ws.unit_visit;
+      tables.ticket = p.workspace_i32 + ws.unit_ticket;
+      tables.blocks = ceil_div(static_cast<int64_t>(sp.num_q_tiles) * sp.num_kv_tiles,
+                               int64_t{kPreprocessWarps} * 32);
     }
     // A warp's rows belong to one head (rows_q is whole Q tiles).
     constexpr int kRowsPerBlock = preprocess_rows_per_block<kHeadDim>();
@@ -185,7 +168,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
   if (items > 0) {
     // Only the masked instantiation builds its unit tables itself (bwd_kernel never picks another
     // without them; a guard against reading the workspace's empty table regions).
-    if (Traits::kWarpSpecialized && !has_mask_policy_instance<Traits>() && !ws.unit_tables)
+    if (!has_mask_policy_instance<Traits>() && !ws.unit_tables)
       return cudaErrorInvalidConfiguration;
     int resident = 0;
     if ((err = resident_ctas<Traits>(p, &resident)) != cudaSuccess) return err;
@@ -198,32 +181,21 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
 
-  if constexpr (Traits::kWarpSpecialized) {
-    if (p.batch * p.seq_q * p.num_heads > 0) {
-      // 16-bit gradients leave through a shared-memory tile in 16-byte row chunks (accumulate
-      // comes only with float32 gradients: ffi_common.h describe_accumulate).
-      const bool staged = p.grad_dtype != DType::kFloat32 &&
-                          reinterpret_cast<uintptr_t>(p.dq) % 16 == 0;
-      const dim3 blocks(static_cast<unsigned>(p.batch * p.num_heads),
-                        static_cast<unsigned>(sp.num_q_tiles));
-      bwd_postprocess_dq_fragment_kernel<Traits>
-          <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
-                                                        p.dq, p.seq_q, p.num_heads, rows_q,
-                                                        p.scale_ptr,
-                                                        p.grad_dtype == DType::kFloat32,
-                                                        p.accumulate, sp, dq_first_store,
-                                                        staged);
-      if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    }
-    return cudaSuccess;
-  }
-  const int64_t dq_elems = p.batch * p.seq_q * p.num_heads * kHeadDim;
-  if (dq_elems > 0) {
-    const int64_t blocks = ceil_div(dq_elems, kPostprocessThreads);
-    // Instantiated in the (dtype, head_dim)'s unmasked unit only (launch_bwd.h).
-    if ((err = launch_postprocess_dq<Element, kHeadDim>(p, ws, rows_q, blocks, stream)) !=
-        cudaSuccess)
-      return err;
+  if (p.batch * p.seq_q * p.num_heads > 0) {
+    // 16-bit gradients leave through a shared-memory tile in 16-byte row chunks (accumulate
+    // comes only with float32 gradients: ffi_common.h describe_accumulate).
+    const bool staged = p.grad_dtype != DType::kFloat32 &&
+                        reinterpret_cast<uintptr_t>(p.dq) % 16 == 0;
+    const dim3 blocks(static_cast<unsigned>(p.batch * p.num_heads),
+                      static_cast<unsigned>(sp.num_q_tiles));
+    bwd_postprocess_dq_fragment_kernel<Traits>
+        <<<blocks, Traits::kMathThreads, 0, stream>>>(p.workspace_f32 + ws.dq_accum,
+                                                      p.dq, p.seq_q, p.num_heads, rows_q,
+                                                      p.scale_ptr,
+                                                      p.grad_dtype == DType::kFloat32,
+                                                      p.accumulate, sp, dq_first_store,
+                                                      staged);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   return cudaSuccess;
 }

@@ -36,27 +36,6 @@ __device__ __forceinline__ void store_grad(void* base, int64_t i, float value, b
   }
 }
 
-constexpr int kPostprocessThreads = 256;
-
-// One thread per output element of dq [batch, seq_q, num_heads, head_dim].
-template <class Element, int kHeadDim>
-__global__ void __launch_bounds__(kPostprocessThreads)
-    bwd_postprocess_dq_kernel(const float* __restrict__ dq_accum, void* __restrict__ dq,
-                              int64_t batch, int64_t seq_q, int num_heads, int64_t rows_q,
-                              const float* __restrict__ scale_ptr, bool f32,
-                              bool accumulate) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kPostprocessThreads + threadIdx.x;
-  const int64_t total = batch * seq_q * num_heads * kHeadDim;
-  if (i >= total) return;
-  const int d = static_cast<int>(i % kHeadDim);
-  const int64_t rest = i / kHeadDim;
-  const int h = static_cast<int>(rest % num_heads);
-  const int64_t s = (rest / num_heads) % seq_q;
-  const int64_t b = rest / (static_cast<int64_t>(num_heads) * seq_q);
-  const float v = dq_accum[((b * num_heads + h) * rows_q + s) * kHeadDim + d];
-  store_grad<Element>(dq, i, v * *scale_ptr, f32, accumulate);
-}
-
 // Bytes of one row of the 16-bit staging tile of bwd_postprocess_dq_fragment_kernel: the row's
 // 16-bit values plus 16 bytes, so that a warp's fragment stores (8 rows, 16 bytes each) start 4
 // banks apart and hit 32 distinct banks.
@@ -65,7 +44,7 @@ constexpr int dq_stage_pitch() {
   return kHeadDim * 2 + 16;
 }
 
-// The same for the warp-specialized kernel's fragment-order dq_accum (bwd/kernel.cuh): one CTA per
+// For the main kernel's fragment-order dq_accum (bwd/kernel.cuh): one CTA per
 // (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the
 // 16-byte chunks k * 256 + t of the tile (coalesced, all before the first use) and finds each
 // value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that stored

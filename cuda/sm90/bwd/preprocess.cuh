@@ -24,7 +24,7 @@ constexpr int kPreprocessWarps = 8;  // rows per block (one warp per row)
 // on head_linear), so one table serves every head and batch row; the main kernel copies a unit's
 // row into shared memory instead of evaluating them (64-bit divisions, the band's ranges) at every
 // unit start. sp is the main kernel's problem (its wave included: shift's and symmetric_shift's
-// tickets depend on it). blocks == 0: no tables (the classic kernel computes its own).
+// tickets depend on it). blocks == 0: no tables (the masked instantiation builds a unit's own).
 struct UnitTables {
   ScheduleProblem sp;
   bool deterministic;  // false (atomic): tickets 0

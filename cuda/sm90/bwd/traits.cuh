@@ -1,7 +1,6 @@
 // Traits of the sm90 backward: the tile shapes, MMA types and shared-memory layouts of its five
-// products (BwdTileTraits, shared with the classic kernel), and for the warp-specialized kernel the
-// shared-memory layout every role shares (Storage), the TMA descriptors and the kernel's parameter
-// block (WsParams).
+// products (BwdTileTraits), and for the warp-specialized kernel the shared-memory layout every
+// role shares (Storage), the TMA descriptors and the kernel's parameter block (WsParams).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,8 +22,8 @@ namespace jax_dash::sm90::bwd {
 
 using namespace cute;
 
-// Tile shapes, MMA types and shared-memory layouts of the backward's five products, the same for
-// the warp-specialized kernel (WsTraits) and the classic one (BwdTraits, bwd/classic_kernel.cuh):
+// Tile shapes, MMA types and shared-memory layouts of the backward's five products (WsTraits takes
+// them from here):
 //   S^T  = K_n  Q_m^T    (kv, q)  over d     A = K  (K-major)      B = Q   (K-major)
 //   dP^T = V_n  dO_m^T   (kv, q)  over d     A = V  (K-major)      B = dO  (K-major)
 //   dV  += P^T  dO_m     (kv, d)  over q     A = P^T (K-major)     B = dO^T view (MN-major)
@@ -91,7 +90,6 @@ struct BwdTileTraits {
 template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false>
 struct WsTraits {
   using Base = BwdTileTraits<Element_, kHeadDim_>;
-  static constexpr bool kWarpSpecialized = true;
   // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
   // warpgroups owning 64 KV rows each, so both math warpgroups take all 64 KV rows, each owns half
   // of dK's and dV's columns (64 + 64 accumulator registers), and each computes the whole S^T and

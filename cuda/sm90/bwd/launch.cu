@@ -43,10 +43,10 @@ using bwd::run_bwd_impl;
 using bwd::total_items;
 using bwd::WsTraits;
 
-// The main kernel is the warp-specialized bwd/kernel.cuh ("ws-rs"), in one of four
-// instantiations: plain, the masked one (kMask: a mask beyond causal and seq_kv, or no unit
-// tables in the workspace, a long sequence over few heads), and each with attention dropout
-// (kDropout). Their shared memory holds a KV tile's visit order and tickets (one entry per query
+// The main kernel is the warp-specialized bwd/kernel.cuh ("ws-rs"), in one of six
+// instantiations: plain; masked (kMask: a mask beyond causal and seq_kv, or no unit tables in the
+// workspace, a long sequence over few heads), for windows and lengths only or with soft cap and
+// segment ids too (kAllMasks); each with attention dropout (kDropout) or not. Their shared memory holds a KV tile's visit order and tickets (one entry per query
 // tile), so a query longer than about 254k tokens (head_dim 128, H100) does not fit: the FFI
 // handler refuses it with the longest that fits (BwdOccupancy::max_seq_q) and points to
 // jax_dash.ring_attention. (The first kernel, bwd/classic_kernel.cuh, ran those queries with
@@ -55,16 +55,22 @@ using bwd::WsTraits;
 // "ws", "ws-rs2" and "ws-rs-async", went before; maintainers/perf-notes.md.)
 enum class BwdKernel {
   kWarpSpecializedRs,
-  kWarpSpecializedRsMask,
+  kWarpSpecializedRsBand,  // masked: windows and lengths only
+  kWarpSpecializedRsMask,  // masked: every part of the policy
   kWarpSpecializedRsDropout,
+  kWarpSpecializedRsBandDropout,
   kWarpSpecializedRsMaskDropout,
 };
 template <class Element, int kHeadDim>
 using WsRsTraits = WsTraits<Element, kHeadDim, false>;
 template <class Element, int kHeadDim>
+using WsRsBandTraits = WsTraits<Element, kHeadDim, true, false, false>;
+template <class Element, int kHeadDim>
 using WsRsMaskTraits = WsTraits<Element, kHeadDim, true>;
 template <class Element, int kHeadDim>
 using WsRsDropoutTraits = WsTraits<Element, kHeadDim, false, true>;
+template <class Element, int kHeadDim>
+using WsRsBandDropoutTraits = WsTraits<Element, kHeadDim, true, true, false>;
 template <class Element, int kHeadDim>
 using WsRsMaskDropoutTraits = WsTraits<Element, kHeadDim, true, true>;
 
@@ -97,11 +103,15 @@ BwdKernel bwd_kernel(const AttentionParams& p) {
   const bool tables = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                            p.num_kv_heads, p.head_dim).unit_tables;
   const bool masked = needs_masked_kernels(p) || !tables;
+  const bool all = p.logits_soft_cap > 0.f || p.q_segment_ids != nullptr;
   if (p.has_dropout) {
-    return masked ? BwdKernel::kWarpSpecializedRsMaskDropout
-                  : BwdKernel::kWarpSpecializedRsDropout;
+    return !masked ? BwdKernel::kWarpSpecializedRsDropout
+           : all   ? BwdKernel::kWarpSpecializedRsMaskDropout
+                   : BwdKernel::kWarpSpecializedRsBandDropout;
   }
-  return masked ? BwdKernel::kWarpSpecializedRsMask : BwdKernel::kWarpSpecializedRs;
+  return !masked ? BwdKernel::kWarpSpecializedRs
+         : all   ? BwdKernel::kWarpSpecializedRsMask
+                 : BwdKernel::kWarpSpecializedRsBand;
 }
 
 // Calls f(traits-tag) for the main kernel this problem runs; false if there is none (an
@@ -110,8 +120,11 @@ template <class F>
 bool dispatch(const AttentionParams& p, F&& f) {
   switch (bwd_kernel(p)) {
     case BwdKernel::kWarpSpecializedRs: return dispatch_traits<WsRsTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRsBand: return dispatch_traits<WsRsBandTraits>(p, f);
     case BwdKernel::kWarpSpecializedRsMask: return dispatch_traits<WsRsMaskTraits>(p, f);
     case BwdKernel::kWarpSpecializedRsDropout: return dispatch_traits<WsRsDropoutTraits>(p, f);
+    case BwdKernel::kWarpSpecializedRsBandDropout:
+      return dispatch_traits<WsRsBandDropoutTraits>(p, f);
     case BwdKernel::kWarpSpecializedRsMaskDropout:
       return dispatch_traits<WsRsMaskDropoutTraits>(p, f);
   }

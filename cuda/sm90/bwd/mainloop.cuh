@@ -94,7 +94,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
   const bool drop_hidden = Traits::kMask && (p.q_seq_lengths != nullptr ||
                                              p.kv_seq_lengths != nullptr ||
                                              p.q_segment_ids != nullptr);
-  const float soft_cap = Traits::kMask ? p.logits_soft_cap : 0.f;
+  const float soft_cap = Traits::kAllMasks ? p.logits_soft_cap : 0.f;
   const float scale_over_cap = soft_cap > 0.f ? scale / soft_cap : 0.f;
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p.batch, p.seq_q, p.seq_kv, p.num_heads,
                                                      p.num_kv_heads, p.head_dim);
@@ -279,7 +279,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       const bool need_mask =
           ext_mask ? policy.tile_needs_mask(q0, kBlockM, kv0, kBlockN)
                    : kv0 + kBlockN > p.seq_kv || (p.is_causal && kv0 + kBlockN - 1 > q0);
-      if (soft_cap > 0.f) {
+      if (Traits::kAllMasks && soft_cap > 0.f) {
         // logits = cap * tanh(scale * s / cap): P from the capped logit, and dS takes the
         // derivative 1 - tanh^2 (the scale itself is applied to dQ and dK at the end, as always).
         // One pass after both wgmmas, so that tanh is not kept across the wait.
@@ -316,7 +316,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
             tSrS(i) = visible ? prob : 0.f;
           }
         };
-        if (need_mask && ext_mask && policy.has_segments()) {
+        if (Traits::kAllMasks && need_mask && ext_mask && policy.has_segments()) {
           masked_probs(std::true_type{});
         } else if (need_mask && ext_mask) {
           masked_probs(std::false_type{});

@@ -87,7 +87,12 @@ struct BwdTileTraits {
 // kMask: the instantiation that carries the mask policy beyond causal and seq_kv (window, lengths,
 // segment ids, soft cap); calls without them run kMask = false, compiled as before. kDropout
 // (issue 33): attention dropout (bwd/dropout.cuh), beside either.
-template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false>
+// kAllMasks (with kMask): soft cap and segment ids compiled in too. The masked instantiations
+// without them (kAllMasks false: windows and lengths only) run the calls that use neither: with
+// their code paths in the step loop, ptxas spilled the window path's registers at head_dim 64
+// (276 local loads and stores between the step loop's wgmmas; 47 without them).
+template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false,
+          bool kAllMasks_ = true>
 struct WsTraits {
   using Base = BwdTileTraits<Element_, kHeadDim_>;
   // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
@@ -108,6 +113,7 @@ struct WsTraits {
   static_assert(kSplitD == (Base::kBlockN == 64), "64 KV rows a tile only at head_dim 256");
   static constexpr bool kMask = kMask_;
   static constexpr bool kDropout = kDropout_;
+  static constexpr bool kAllMasks = kMask_ && kAllMasks_;
   // dQ buffers between the math warpgroups and the writer: with two the math may run two steps
   // ahead of the writer (the second buffer's 32 KB come from the dS^T double buffer, see
   // kdSStages). Two at head_dim 64: 5.0-7.2% fewer cycles per step than one (H100, 2k-16k,

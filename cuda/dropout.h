@@ -62,9 +62,13 @@ JAX_DASH_HD inline void dropout_counter(uint32_t b, uint32_t h, uint32_t i, uint
   counter[3] = b;
 }
 
-// The 16-bit draw of element (i, j) out of its Philox call's four words.
+// The 16-bit draw of element (i, j) out of its Philox call's four words: word
+// (i % 16) / 8 + 2 ((j % 16) / 8), chosen by selects (a GPU thread indexing the words by a
+// run-time number would put them in local memory).
 JAX_DASH_HD inline uint32_t dropout_draw(const uint32_t words[4], uint32_t i, uint32_t j) {
-  const uint32_t word = words[(i % 16u) / 8u + 2u * ((j % 16u) / 8u)];
+  const bool high_rows = (i % 16u) >= 8u, high_cols = (j % 16u) >= 8u;
+  const uint32_t word = high_cols ? (high_rows ? words[3] : words[2])
+                                  : (high_rows ? words[1] : words[0]);
   return (j % 2u) ? (word >> 16) : (word & 0xFFFFu);
 }
 

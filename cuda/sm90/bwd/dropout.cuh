@@ -124,17 +124,7 @@ struct BwdDropout {
       for (int e = 0; e < kElements; ++e) {
         const uint32_t j = kv0 + static_cast<uint32_t>(get<0>(tScS(e)));
         const uint32_t i = q_base + static_cast<uint32_t>(get<1>(tScS(e)));
-        // dropout_keep, with the word chosen by selects: indexing the words by a run-time number
-        // would put them in local memory.
-        uint32_t counter[4], words[4];
-        dropout_counter(b, h, i, j, counter);
-        philox4x32_10(counter, key0, key1, words);
-        const bool high_rows = (i % kPhiloxBlock) >= kPhiloxBlock / 2;
-        const bool high_cols = (j % kPhiloxBlock) >= kPhiloxBlock / 2;
-        const uint32_t word = high_cols ? (high_rows ? words[3] : words[2])
-                                        : (high_rows ? words[1] : words[0]);
-        const uint32_t draw = (j % 2u) ? (word >> 16) : (word & 0xFFFFu);
-        keep_bits |= static_cast<uint64_t>(draw >= threshold) << e;
+        keep_bits |= static_cast<uint64_t>(dropout_keep(key0, key1, threshold, b, h, i, j)) << e;
       }
       CUTE_UNROLL
       for (int i = 0; i < kElements / 32; ++i) {

@@ -36,16 +36,14 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  {
-    // setmaxnreg moves registers between warpgroups inside the CTA's allocation: the math
-    // warpgroups' increase would wait forever if the launch allocation were smaller than the sum.
-    cudaFuncAttributes attr{};
-    if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
-    constexpr int kNeeded =
-        (Traits::kServiceRegisters * 128 + Traits::kMathRegisters * Traits::kMathThreads) /
-        Traits::kThreads;
-    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  }
+  // setmaxnreg moves registers between warpgroups inside the CTA's allocation: the math
+  // warpgroups' increase would wait forever if the launch allocation were smaller than the sum.
+  cudaFuncAttributes attr{};
+  if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
+  constexpr int kNeeded =
+      (Traits::kServiceRegisters * 128 + Traits::kMathRegisters * Traits::kMathThreads) /
+      Traits::kThreads;
+  if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
   int max_smem = 0;
   if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess)
@@ -77,34 +75,32 @@ template <class Traits>
 void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
                  bool dq_first_store, unsigned long long* trace, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
-  {
-    using Element = typename Traits::Element;
-    WsParams<Traits> P{};
-    P.p = p;
-    P.sp = sp;
-    P.total_items = items;
-    P.trace = trace;
-    P.dq_first_store = dq_first_store;
-    const auto seq_q = static_cast<int32_t>(p.seq_q);
-    const auto seq_kv = static_cast<int32_t>(p.seq_kv);
-    const auto batch = static_cast<int32_t>(p.batch);
-    P.tma_q = Traits::make_tma(static_cast<const Element*>(p.q), seq_q, p.num_heads, batch,
-                               typename Traits::SmemLayoutQ{});
-    P.tma_do = Traits::make_tma(static_cast<const Element*>(p.dout), seq_q, p.num_heads, batch,
-                                typename Traits::SmemLayoutQ{});
-    P.tma_k = Traits::make_tma(static_cast<const Element*>(p.k), seq_kv, p.num_kv_heads, batch,
-                               typename Traits::SmemLayoutKV{});
-    P.tma_v = Traits::make_tma(static_cast<const Element*>(p.v), seq_kv, p.num_kv_heads, batch,
-                               typename Traits::SmemLayoutKV{});
-    if (tma_dkv_epilogue(p)) {  // dK, dV have K's shape and dtype
-      P.tma_dk = Traits::make_tma_store_kv(static_cast<Element*>(p.dk), seq_kv, p.num_kv_heads,
-                                           batch);
-      P.tma_dv = Traits::make_tma_store_kv(static_cast<Element*>(p.dv), seq_kv, p.num_kv_heads,
-                                           batch);
-    }
-    bwd_main_ws_kernel<BwdWsKernelFor<Traits>>
-        <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
+  using Element = typename Traits::Element;
+  WsParams<Traits> P{};
+  P.p = p;
+  P.sp = sp;
+  P.total_items = items;
+  P.trace = trace;
+  P.dq_first_store = dq_first_store;
+  const auto seq_q = static_cast<int32_t>(p.seq_q);
+  const auto seq_kv = static_cast<int32_t>(p.seq_kv);
+  const auto batch = static_cast<int32_t>(p.batch);
+  P.tma_q = Traits::make_tma(static_cast<const Element*>(p.q), seq_q, p.num_heads, batch,
+                             typename Traits::SmemLayoutQ{});
+  P.tma_do = Traits::make_tma(static_cast<const Element*>(p.dout), seq_q, p.num_heads, batch,
+                              typename Traits::SmemLayoutQ{});
+  P.tma_k = Traits::make_tma(static_cast<const Element*>(p.k), seq_kv, p.num_kv_heads, batch,
+                             typename Traits::SmemLayoutKV{});
+  P.tma_v = Traits::make_tma(static_cast<const Element*>(p.v), seq_kv, p.num_kv_heads, batch,
+                             typename Traits::SmemLayoutKV{});
+  if (tma_dkv_epilogue(p)) {  // dK, dV have K's shape and dtype
+    P.tma_dk = Traits::make_tma_store_kv(static_cast<Element*>(p.dk), seq_kv, p.num_kv_heads,
+                                         batch);
+    P.tma_dv = Traits::make_tma_store_kv(static_cast<Element*>(p.dv), seq_kv, p.num_kv_heads,
+                                         batch);
   }
+  bwd_main_ws_kernel<BwdWsKernelFor<Traits>>
+      <<<static_cast<unsigned>(grid), Traits::kThreads, smem, stream>>>(P);
 }
 
 template <class Traits>

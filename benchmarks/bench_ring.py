@@ -373,16 +373,16 @@ def run_worker(config: dict) -> dict:
             return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
 
         def one_group(k, v):
-            kf, vf = k, v
+            kf = ring._pack(k, v)  # K and V travel in one transfer, as in the ring
             for _ in range(size - 1):  # forward: K/V around the ring
-                kf, vf = send(kf, vf)
-            kb, vb = k, v
+                kf, = send(kf)
+            kb = ring._pack(k, v)
             dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
             for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV with them
-                kb, vb = send(kb, vb)
+                kb, = send(kb)
                 dk, dv = send(dk + 1, dv + 1)
-            dk, dv = send(dk, dv)  # the last hop home
-            return kf, vf, kb, vb, dk, dv
+            dk, dv = send(dk.astype(k.dtype), dv.astype(v.dtype))  # the last hop home
+            return (*ring._unpack(kf, k, v), *ring._unpack(kb, k, v), dk, dv)
 
         # One group's transfers after another, as the ring's head groups make them.
         parts = [one_group(*(jnp.split(x, groups, axis=2)[g] for x in (k, v)))

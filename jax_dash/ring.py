@@ -550,14 +550,36 @@ def _ring_loop(config, k, v, compute, combine=None):
     barrier before it schedules, so the CPU compile does not show the tie's effect; recent GPU
     pipelines remove it in their post-scheduling passes, after the schedule respected it.)"""
     blocks, state = (k, v), None
+    together = k.dtype == v.dtype
+    packet = _pack(k, v) if together and config.axis_size > 1 else None
     for step in range(config.axis_size):
-        following = _send(config, *blocks) if step + 1 < config.axis_size else None
+        following = None
+        if step + 1 < config.axis_size:
+            following = _send(config, packet) if together else _send(config, *blocks)
         result = compute(step, *blocks, state)
         if following is not None:
             following, result = jax.lax.optimization_barrier((following, result))
         state = combine(step, result, state) if combine else result
-        blocks = following
+        if following is not None:
+            packet = following[0] if together else None
+            blocks = _unpack(packet, k, v) if together else following
     return state
+
+
+def _pack(*arrays):
+    """The arrays (one dtype) as one flat array, so that they travel in one transfer: XLA's GPU
+    scheduler keeps one collective permute in flight beside the computation, so a second one (K
+    and V sent apart) ran before the step's kernel, exposed (the nineteenth session's trace)."""
+    return jnp.concatenate([x.reshape(-1) for x in arrays])
+
+
+def _unpack(packet, *like):
+    """The arrays shaped like ``like`` back from ``_pack``'s flat array (moves only)."""
+    parts, offset = [], 0
+    for x in like:
+        parts.append(packet[offset:offset + x.size].reshape(x.shape))
+        offset += x.size
+    return tuple(parts)
 
 
 def ring_forward(q, k, v, scale, config, drop=()):
@@ -724,7 +746,8 @@ def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
 
     def backward(group, q, k, v, out, lse, dout):
         head_start = group * q.shape[2]  # q: the group's heads
-        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config, drop, head_start)
+        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config, drop, head_start,
+                                    home_dtypes=(k.dtype, v.dtype))
         return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
 
     if groups == 1:
@@ -735,9 +758,11 @@ def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
                            ("q", "kv", "kv", "q", "lse", "q"), results, ("q", "kv", "kv"))
 
 
-def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0):
+def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0,
+                   home_dtypes=None):
     """``ring_backward``'s float32 sums, before the cast to the inputs' dtypes (the first head of
-    q global head ``head_start`` of the ring's problem, for the dropout mask)."""
+    q global head ``head_start`` of the ring's problem, for the dropout mask); with
+    ``home_dtypes`` dk and dv are cast to them before their last hop (half the bytes)."""
     n = config.axis_size
     device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
     drop = _device_dropout(config, drop, head_start, q, k)
@@ -796,6 +821,8 @@ def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0
             return dq + block[0], dk + block[1], dv + block[2]
 
         dq, dk, dv = _ring_loop(config, k, v, contributions, add)
+    if home_dtypes is not None:  # the hop home moves the results' bits (a cast commutes with it)
+        dk, dv = dk.astype(home_dtypes[0]), dv.astype(home_dtypes[1])
     if n > 1:
         dk, dv = _send(config, dk, dv)  # the last hop home
     return dq, dk, dv

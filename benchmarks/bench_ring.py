@@ -85,6 +85,7 @@ def _parse_args(argv=None):
                         help="query heads of the correctness part (GQA: a quarter as many kv heads)")
     parser.add_argument("--no-accumulate", action="store_true",
                         help="the ring's earlier backward (XLA adds the float32 contributions)")
+    parser.add_argument("--pack-sums", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="JSON results file")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU with 4 virtual devices and tiny sizes: checks the script runs")
@@ -143,6 +144,7 @@ def _setup(config):
 
     from jax_dash import ring
     ring._ACCUMULATE = config.get("accumulate", True)  # --no-accumulate: the earlier backward
+    ring._PACK_SUMS = config.get("pack_sums", False)  # A/B trial
     groups = config.get("head_groups", "auto")
     ring._HEAD_GROUPS = None if groups == "auto" else int(groups)
     devices = jax.devices("cpu" if config["dry_run"] else None)
@@ -539,7 +541,8 @@ def main(argv=None) -> int:
     common = {"batch": args.batch, "heads": args.heads, "head_groups": args.head_groups,
               "kv_heads": args.kv_heads, "head_dim": args.head_dim, "mask": args.mask,
               "schedule": args.schedule, "repeats": args.repeats, "timed": args.timed,
-              "dry_run": args.dry_run, "accumulate": not args.no_accumulate}
+              "dry_run": args.dry_run, "accumulate": not args.no_accumulate,
+              "pack_sums": args.pack_sums}
     correctness = []
     sizes = args.ring_size_list
     largest = None if None in sizes else max(sizes)

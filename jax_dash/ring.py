@@ -367,7 +367,13 @@ def _send(config, *arrays):
     """Every array moves one device along the ring (device i -> i + 1)."""
     n = config.axis_size
     perm = [(i, (i + 1) % n) for i in range(n)]
+    if _PACK_SUMS and len(arrays) > 1 and len({x.dtype for x in arrays}) == 1:
+        return _unpack(jax.lax.ppermute(_pack(*arrays), config.axis_name, perm), *arrays)
     return tuple(jax.lax.ppermute(x, config.axis_name, perm) for x in arrays)
+
+
+# A/B trial (nineteenth session): dK and dV (each step's hop, the hop home) in one transfer too.
+_PACK_SUMS = False
 
 
 def _block_forward(config, scale, q, k, v, is_causal, dropout=None):

@@ -85,7 +85,6 @@ def _parse_args(argv=None):
                         help="query heads of the correctness part (GQA: a quarter as many kv heads)")
     parser.add_argument("--no-accumulate", action="store_true",
                         help="the ring's earlier backward (XLA adds the float32 contributions)")
-    parser.add_argument("--pack-sums", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="JSON results file")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU with 4 virtual devices and tiny sizes: checks the script runs")
@@ -144,7 +143,6 @@ def _setup(config):
 
     from jax_dash import ring
     ring._ACCUMULATE = config.get("accumulate", True)  # --no-accumulate: the earlier backward
-    ring._PACK_SUMS = config.get("pack_sums", False)  # A/B trial
     groups = config.get("head_groups", "auto")
     ring._HEAD_GROUPS = None if groups == "auto" else int(groups)
     devices = jax.devices("cpu" if config["dry_run"] else None)
@@ -375,16 +373,19 @@ def run_worker(config: dict) -> dict:
             return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
 
         def one_group(k, v):
-            kf = ring._pack(k, v)  # K and V travel in one transfer, as in the ring
+            # K and V travel in one transfer over > 2 devices, as in the ring.
+            kf = ring._pack(k, v) if size > 2 else (k, v)
             for _ in range(size - 1):  # forward: K/V around the ring
-                kf, = send(kf)
-            kb = ring._pack(k, v)
+                kf = send(kf)[0] if size > 2 else send(*kf)
+            kb = ring._pack(k, v) if size > 2 else (k, v)
             dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
             for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV with them
-                kb, = send(kb)
+                kb = send(kb)[0] if size > 2 else send(*kb)
                 dk, dv = send(dk + 1, dv + 1)
             dk, dv = send(dk.astype(k.dtype), dv.astype(v.dtype))  # the last hop home
-            return (*ring._unpack(kf, k, v), *ring._unpack(kb, k, v), dk, dv)
+            kf, kb = ((ring._unpack(kf, k, v), ring._unpack(kb, k, v)) if size > 2
+                      else (kf, kb))
+            return (*kf, *kb, dk, dv)
 
         # One group's transfers after another, as the ring's head groups make them.
         parts = [one_group(*(jnp.split(x, groups, axis=2)[g] for x in (k, v)))
@@ -541,8 +542,7 @@ def main(argv=None) -> int:
     common = {"batch": args.batch, "heads": args.heads, "head_groups": args.head_groups,
               "kv_heads": args.kv_heads, "head_dim": args.head_dim, "mask": args.mask,
               "schedule": args.schedule, "repeats": args.repeats, "timed": args.timed,
-              "dry_run": args.dry_run, "accumulate": not args.no_accumulate,
-              "pack_sums": args.pack_sums}
+              "dry_run": args.dry_run, "accumulate": not args.no_accumulate}
     correctness = []
     sizes = args.ring_size_list
     largest = None if None in sizes else max(sizes)

@@ -369,22 +369,21 @@ def run_worker(config: dict) -> dict:
     def transfers_only(k, v):  # the ring's transfers in its order, nothing computed
         perm = [(i, (i + 1) % size) for i in range(size)]
 
-        def send(*xs):
+        def send(*xs):  # several arrays of one dtype in one packet over > 2 devices, as the ring
+            if size > 2 and len(xs) > 1:
+                return ring._unpack(jax.lax.ppermute(ring._pack(*xs), "seq", perm), *xs)
             return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
 
         def one_group(k, v):
-            # K and V travel in one transfer over > 2 devices, as in the ring.
-            kf = ring._pack(k, v) if size > 2 else (k, v)
+            kf = k, v
             for _ in range(size - 1):  # forward: K/V around the ring
-                kf = send(kf)[0] if size > 2 else send(*kf)
-            kb = ring._pack(k, v) if size > 2 else (k, v)
+                kf = send(*kf)
+            kb = k, v
             dk, dv = jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32)
             for _ in range(size - 1):  # backward: K/V again, the float32 dK/dV with them
-                kb = send(kb)[0] if size > 2 else send(*kb)
+                kb = send(*kb)
                 dk, dv = send(dk + 1, dv + 1)
             dk, dv = send(dk.astype(k.dtype), dv.astype(v.dtype))  # the last hop home
-            kf, kb = ((ring._unpack(kf, k, v), ring._unpack(kb, k, v)) if size > 2
-                      else (kf, kb))
             return (*kf, *kb, dk, dv)
 
         # One group's transfers after another, as the ring's head groups make them.

@@ -295,12 +295,21 @@ def _groups_for(config, q_shape, k_shape) -> int:
 _HEAD_AXIS = {"q": 2, "kv": 2, "lse": 1}  # query heads of out/dout too; lse is [B, H, S]
 
 
-def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
+def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds, homeward=0):
     """``fn`` run on ``groups`` groups of heads one after another: ``fn(g, *parts)`` gets group
     g's index (traced in the loop) and its part of every array of ``args`` (whose head axes
     ``kinds`` names: "q", "kv" or "lse") and returns its part of every result (``results``:
     ShapeDtypeStructs of the whole results, head axes named by ``result_kinds``), written in place
     into the whole results.
+
+    ``homeward`` > 0 pipelines the last hop of the last ``homeward`` results (the backward's dK/dV
+    on their way home) into the next group: ``fn(g, *parts, pending)`` also gets the previous
+    group's parts of those results as it returned them (``pending``; zeros for group 0, whose
+    transfer is wasted), sends them one device along the ring in its first K/V packet, and
+    returns ``(*parts, arrived)``; ``arrived`` (``pending`` after the hop) is written at the
+    previous group's place, and the last group's pending parts go home after the loop. So group
+    g's hop home overlaps group g + 1's first kernel instead of ending g's iteration with nothing
+    to hide it.
 
     A while loop, except in ``simulate``: there the ring's axis is a ``vmap`` axis, which JAX
     (0.10) does not bind inside a loop traced in a custom_vjp's forward under ``vjp``; the groups
@@ -311,22 +320,43 @@ def _in_head_groups(config, groups, fn, args, kinds, results, result_kinds):
         size = x.shape[axis] // groups
         return jax.lax.dynamic_slice_in_dim(x, group * size, size, axis)
 
-    def body(group, whole):
-        parts = fn(group, *(part(x, kind, group) for x, kind in zip(args, kinds)))
+    def put(whole, parts, kinds, group):
         return tuple(
             jax.lax.dynamic_update_slice_in_dim(w, p, group * p.shape[_HEAD_AXIS[kind]],
                                                 _HEAD_AXIS[kind])
-            for w, p, kind in zip(whole, parts, result_kinds))
+            for w, p, kind in zip(whole, parts, kinds))
+
+    split = len(results) - homeward
+    home_kinds = result_kinds[split:]
+
+    def body(group, state):
+        whole, pending = state
+        parts = tuple(part(x, kind, group) for x, kind in zip(args, kinds))
+        if not homeward:
+            return put(whole, fn(group, *parts), result_kinds, group), ()
+        *parts, arrived = fn(group, *parts, pending)
+        # (group 0 writes the zeros' hop at group - 1 = the last group's place, overwritten
+        # after the loop)
+        whole = put(whole[:split], parts[:split], result_kinds[:split], group) + put(
+            whole[split:], arrived, home_kinds, (group - 1) % groups)
+        return whole, tuple(parts[split:])
 
     zeros = tuple(jnp.zeros(r.shape, r.dtype) for r in results)
-    zeros = _ffi._unify_varying(*args, *zeros)[len(args):]  # varying like the parts (shard_map)
+    pending = tuple(part(z, kind, 0) for z, kind in zip(zeros[split:], home_kinds))
+    # varying like the parts (shard_map)
+    zeros, pending = (_ffi._unify_varying(*args, *x)[len(args):] for x in (zeros, pending))
     if config.axis_name != _SIMULATED_AXIS:
-        return jax.lax.fori_loop(0, groups, body, zeros)
-    whole = zeros
-    for group in range(groups):
-        if group:
-            args, whole = jax.lax.optimization_barrier((args, whole))
-        whole = body(group, whole)
+        whole, pending = jax.lax.fori_loop(0, groups, body, (zeros, pending))
+    else:
+        state = (zeros, pending)
+        for group in range(groups):
+            if group:
+                args, state = jax.lax.optimization_barrier((args, state))
+            state = body(group, state)
+        whole, pending = state
+    if homeward:
+        whole = whole[:split] + put(whole[split:], _send(config, *pending), home_kinds,
+                                    groups - 1)
     return whole
 
 
@@ -364,10 +394,24 @@ def _schedule_for(config, q_block, k_block, is_causal):
 
 
 def _send(config, *arrays):
-    """Every array moves one device along the ring (device i -> i + 1)."""
+    """Every array moves one device along the ring (device i -> i + 1). Over more than two
+    devices, several arrays of one dtype travel as one packet (``_packs``)."""
     n = config.axis_size
     perm = [(i, (i + 1) % n) for i in range(n)]
+    if _packs(config, *arrays) and len(arrays) > 1:
+        return _unpack(jax.lax.ppermute(_pack(*arrays), config.axis_name, perm), *arrays)
     return tuple(jax.lax.ppermute(x, config.axis_name, perm) for x in arrays)
+
+
+def _packs(config, *arrays):
+    """Whether ``arrays`` travel as one packet: over more than two devices, one dtype. XLA's GPU
+    scheduler overlaps one collective permute at a time with the computation, so a second one
+    (V sent apart from K) ran on the compute stream before the step's kernel, exposed, and two
+    sequential hops (dK, then dV) cost two synchronizations (a trace on four H200s). Over two
+    devices the packet's copy and the kernels' operands cut from it hold one more K/V pair where
+    the backward's float32 state peaks (+0.12 GiB per GPU at 128k tokens, 4 head groups: 0.59x
+    -> 0.61x one GPU, measured), and each pass has a single hop to hide."""
+    return config.axis_size > 2 and len({x.dtype for x in arrays}) == 1
 
 
 def _block_forward(config, scale, q, k, v, is_causal, dropout=None):
@@ -536,7 +580,7 @@ def merge(out_acc, lse_acc, out_block, lse_block):
     return out_acc + weight * (out_block - out_acc), lse_total
 
 
-def _ring_loop(config, k, v, compute, combine=None):
+def _ring_loop(config, k, v, compute, combine=None, passengers=()):
     """Runs the P steps of the ring and returns the last state: at step s ``result =
     compute(s, k_block, v_block, state)`` (``state`` None at step 0), then ``state =
     combine(s, result, state)`` (default: the result). The transfer of the next step's block is
@@ -548,26 +592,37 @@ def _ring_loop(config, k, v, compute, combine=None):
     memory instead of O(seq / P): at P = 8 the per-device temporaries were as large as at P = 2),
     and nothing forbids a GPU schedule from doing the same. (XLA's CPU pipeline removes the
     barrier before it schedules, so the CPU compile does not show the tie's effect; recent GPU
-    pipelines remove it in their post-scheduling passes, after the schedule respected it.)"""
-    blocks, state = (k, v), None
-    # K and V travel as one packet over more than two devices. Over two, the packet's copy and
-    # the kernels' operands cut from it hold one more K/V pair where the backward's float32 state
-    # peaks (+0.12 GiB per GPU at 128k tokens, 4 head groups: 0.59x -> 0.61x one GPU, measured),
-    # and each pass has a single hop to hide.
-    together = k.dtype == v.dtype and config.axis_size > 2
+    pipelines remove it in their post-scheduling passes, after the schedule respected it.)
+
+    K and V travel as one packet where ``_packs`` says so. ``passengers`` (with packets only: the
+    previous head group's dK/dV on their hop home, in K's dtype) ride in step 0's packet and are
+    tied to step 0's result the same way; then the loop returns ``(state, passengers after the
+    hop)``."""
+    blocks, state, arrived = (k, v), None, ()
+    together = _packs(config, k, v, *passengers)
+    if passengers and not together:
+        raise ValueError("passengers ride in K/V packets only")
     packet = _pack(k, v) if together else None
     for step in range(config.axis_size):
         following = None
         if step + 1 < config.axis_size:
-            following = _send(config, packet) if together else _send(config, *blocks)
+            if not together:
+                following = _send(config, *blocks)
+            elif step == 0 and passengers:
+                sent = _send(config, _pack(k, v, *passengers))[0]
+                following = (sent[:k.size + v.size],)  # the K/V packet sent on at step 1
+                arrived = _unpack(sent[k.size + v.size:], *passengers)
+            else:
+                following = _send(config, packet)
         result = compute(step, *blocks, state)
         if following is not None:
-            following, result = jax.lax.optimization_barrier((following, result))
+            (following, arrived), result = jax.lax.optimization_barrier(
+                ((following, arrived), result))
         state = combine(step, result, state) if combine else result
         if following is not None:
             packet = following[0] if together else None
             blocks = _unpack(packet, k, v) if together else following
-    return state
+    return (state, arrived) if passengers else state
 
 
 def _pack(*arrays):
@@ -747,26 +802,46 @@ def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
     the steps in order, a block's dk/dv over the devices from its home onwards. The heads run in
     ``head_groups`` groups; ``drop`` as in ``ring_forward``."""
     groups = _groups_for(config, q.shape, k.shape)
+    # With K/V packets, each group's dK/dV hop home rides in the next group's first packet.
+    homeward = groups > 1 and _packs(config, k, v)
 
-    def backward(group, q, k, v, out, lse, dout):
+    def backward(group, q, k, v, out, lse, dout, pending=()):
         head_start = group * q.shape[2]  # q: the group's heads
-        dq, dk, dv = _backward_sums(q, k, v, out, lse, dout, scale, config, drop, head_start,
-                                    home_dtypes=(k.dtype, v.dtype))
-        return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+        (dq, dk, dv), arrived = _backward_before_home(q, k, v, out, lse, dout, scale, config,
+                                                      drop, head_start, pending)
+        # Cast before the hop home: a cast commutes with a move, and it halves bf16's bytes.
+        dq, dk, dv = dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+        if homeward:
+            return dq, dk, dv, arrived
+        if config.axis_size > 1:
+            dk, dv = _send(config, dk, dv)  # the last hop home
+        return dq, dk, dv
 
     if groups == 1:
         return backward(0, q, k, v, out, lse, dout)
     results = (jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                jax.ShapeDtypeStruct(v.shape, v.dtype))
     return _in_head_groups(config, groups, backward, (q, k, v, out, lse, dout),
-                           ("q", "kv", "kv", "q", "lse", "q"), results, ("q", "kv", "kv"))
+                           ("q", "kv", "kv", "q", "lse", "q"), results, ("q", "kv", "kv"),
+                           homeward=2 if homeward else 0)
 
 
-def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0,
-                   home_dtypes=None):
-    """``ring_backward``'s float32 sums, before the cast to the inputs' dtypes (the first head of
-    q global head ``head_start`` of the ring's problem, for the dropout mask); with
-    ``home_dtypes`` dk and dv are cast to them before their last hop (half the bytes)."""
+def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0):
+    """The float32 sums (dq, dk, dv) of ``_backward_before_home`` with dK/dV home (a float32 hop;
+    ``ring_backward`` casts before it)."""
+    (dq, dk, dv), _ = _backward_before_home(q, k, v, out, lse, dout, scale, config, drop,
+                                            head_start)
+    if config.axis_size > 1:
+        dk, dv = _send(config, dk, dv)
+    return dq, dk, dv
+
+
+def _backward_before_home(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0,
+                          passengers=()):
+    """``ring_backward``'s float32 sums of one group, before the cast to the inputs' dtypes, with
+    dK/dV one hop before home (on the device before their block's; the first head of q global
+    head ``head_start`` of the ring's problem, for the dropout mask), and ``passengers`` after
+    their hop (``_ring_loop``)."""
     n = config.axis_size
     device = jax.lax.axis_index(config.axis_name) if config.is_causal and n > 1 else None
     drop = _device_dropout(config, drop, head_start, q, k)
@@ -790,7 +865,7 @@ def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0
             return _zigzag_dropout_sums(config, scale, drop, step, q, kb, vb, out, lse, dout,
                                         sums)
 
-        dq, dk, dv = _ring_loop(config, k, v, accumulate)
+        compute, combine = accumulate, None
     elif config.accumulate:
         def accumulate(step, kb, vb, sums):
             if step == 0:  # the device's own (diagonal) block starts the sums
@@ -803,7 +878,7 @@ def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0
             return _step_sums(config, scale, step, device, q, kb, vb, out, lse, dout,
                               (dq, dk, dv), at(step))
 
-        dq, dk, dv = _ring_loop(config, k, v, accumulate)
+        compute, combine = accumulate, None
     else:
         # The earlier formulation: the kernels return each step's contributions and XLA adds
         # them (the same float32 adds in the same order, so the same bits; three more float32
@@ -824,12 +899,10 @@ def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0
             dk, dv = _send(config, dk, dv)
             return dq + block[0], dk + block[1], dv + block[2]
 
-        dq, dk, dv = _ring_loop(config, k, v, contributions, add)
-    if home_dtypes is not None:  # the hop home moves the results' bits (a cast commutes with it)
-        dk, dv = dk.astype(home_dtypes[0]), dv.astype(home_dtypes[1])
-    if n > 1:
-        dk, dv = _send(config, dk, dv)  # the last hop home
-    return dq, dk, dv
+        compute, combine = contributions, add
+    if not passengers:
+        return _ring_loop(config, k, v, compute, combine), ()
+    return _ring_loop(config, k, v, compute, combine, passengers)
 
 
 # ---- zigzag placement -------------------------------------------------------------------------

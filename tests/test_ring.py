@@ -410,25 +410,67 @@ def test_head_groups_keyword_gives_the_bits_of_one_ring():
 
 @pytest.mark.parametrize("ring_size", [2, 4])
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
-def test_k_and_v_travel_in_one_transfer_and_go_home_in_their_dtype(layout, ring_size):
-    """Over more than two devices each hop of K/V is one collective permute (XLA's GPU scheduler
-    overlaps one at a time with the kernels: a second ran before the step's kernel, exposed);
-    over two, K and V go apart (the packet's copy would raise the backward's peak memory). The
-    backward's last dK/dV hop moves the inputs' dtype, not float32. P = 4: the forward's 3 hops,
-    the backward's 3 K/V hops and 3 pairs of float32 dK/dV hops, then dK and dV home (bfloat16);
-    P = 2: 2 + 2 + 2 + 2."""
+def test_transfers_travel_in_packets_and_go_home_in_the_inputs_dtype(layout, ring_size):
+    """Over more than two devices each hop is one collective permute: K and V in one packet, the
+    float32 dK and dV sums in one (XLA's GPU scheduler overlaps one collective permute at a time
+    with the kernels: a second one ran on the compute stream before the step's kernel, exposed);
+    over two, they go apart (the packet's copy would raise the backward's peak memory). The
+    backward's last dK/dV hop moves the inputs' dtype, not float32. P = 4: the forward's 3
+    hops, the backward's 3 K/V hops and 3 dK/dV hops, then dK/dV home; P = 2: every array
+    apart (2 + 2 + 2 + 2)."""
     shape = jax.ShapeDtypeStruct((1, ring_size * 64, 2, 32), jnp.bfloat16)
     fn = _ring_vjp((ring_size,), ("seq",), P(None, "seq"), "seq", True, layout)
     text = fn.lower(shape, shape, shape, shape).as_text()
     permutes = re.findall(r'"stablehlo.collective_permute"\(%[^)]*\)[^\n]*\(tensor<([^>]*)>\)',
                           text)
     hops = ring_size - 1
-    expected = 2 * (hops if ring_size > 2 else 2 * hops) + 2 * hops + 2
-    assert len(permutes) == expected, permutes
-    packet = f"{2 * 64 * 2 * 32}xbf16"  # one device's K and V, flat
-    assert permutes.count(packet) == (2 * hops if ring_size > 2 else 0), permutes
-    home = permutes[-2:]
-    assert all(t.endswith("bf16") for t in home), home
+    pair = 2 * 64 * 2 * 32  # one device's K and V (or dK and dV), flat
+    if ring_size > 2:
+        assert len(permutes) == 3 * hops + 1, permutes
+        assert permutes.count(f"{pair}xbf16") == 2 * hops + 1  # K/V packets, dK/dV home
+        assert permutes.count(f"{pair}xf32") == hops  # the float32 sums' in-ring hops
+        assert permutes[-1] == f"{pair}xbf16"
+    else:
+        assert len(permutes) == 8 and all(t.count("x") == 4 for t in permutes), permutes
+        assert all(t.endswith("bf16") for t in permutes[-2:]), permutes
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("num_heads, num_kv_heads, groups", [(4, 4, 2), (4, 2, 2), (6, 6, 3),
+                                                             (6, 3, 3)])  # MHA, GQA
+def test_pipelined_head_groups_give_the_bits_of_one_ring(monkeypatch, layout, num_heads,
+                                                         num_kv_heads, groups):
+    """Over more than two devices each group's dK/dV hop home rides in the next group's first
+    K/V packet (the last group's after the loop): the output and every gradient are still the
+    bits of one ring, and the program has one packet more than one ring's (group 0 sends a zero
+    pair)."""
+    ring_size = 4
+    args = random_inputs(39, 1, 64, 64, num_heads, num_kv_heads, 16, jnp.float32)
+
+    def run():
+        fn = _ring_vjp.__wrapped__((ring_size,), ("seq",), P(None, "seq"), "seq", True, layout)
+        return _run_ring(fn, args, layout, ring_size)
+
+    def permutes():  # the moved types of the bf16 program
+        shapes = [jax.ShapeDtypeStruct(x.shape, jnp.bfloat16) for x in args]
+        fn = _ring_vjp.__wrapped__((ring_size,), ("seq",), P(None, "seq"), "seq", True, layout)
+        return re.findall(r'"stablehlo.collective_permute"\(%[^)]*\)[^\n]*\(tensor<([^>]*)>\)',
+                          fn.lower(*shapes).as_text())
+
+    one = _with_head_groups(monkeypatch, 1, run)
+    grouped = _with_head_groups(monkeypatch, groups, run)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), _f32_bits(grouped), _f32_bits(one)):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    hops = ring_size - 1
+    kv_packet = 2 * (64 // ring_size) * (num_kv_heads // groups) * 16  # a group's K and V
+    one, grouped = (_with_head_groups(monkeypatch, g, permutes) for g in (1, groups))
+    assert len(one) == 3 * hops + 1
+    # The loop body holds one group's program, its first K/V packet carrying the previous
+    # group's dK/dV home (twice a K/V packet); the last group's home hop follows the loop.
+    assert len(grouped) == 3 * hops + 1, grouped
+    assert grouped.count(f"{2 * kv_packet}xbf16") == 1, grouped
+    assert grouped.count(f"{kv_packet}xbf16") == 2 * hops, grouped
+    assert grouped.count(f"{kv_packet}xf32") == hops, grouped  # the sums' in-ring hops
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])

@@ -626,9 +626,7 @@ def _ring_loop(config, k, v, compute, combine=None, passengers=()):
 
 
 def _pack(*arrays):
-    """The arrays (one dtype) as one flat array, so that they travel in one transfer: XLA's GPU
-    scheduler keeps one collective permute in flight beside the computation, so a second one (K
-    and V sent apart) ran before the step's kernel, exposed (the nineteenth session's trace)."""
+    """The arrays (one dtype) as one flat array, to travel in one transfer (``_packs``)."""
     return jnp.concatenate([x.reshape(-1) for x in arrays])
 
 
@@ -800,9 +798,9 @@ def _pad_seq(x, before, after):
 def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
     """This device's ``(dq, dk, dv)`` (dtypes of q and k), each summed in a fixed order: dq over
     the steps in order, a block's dk/dv over the devices from its home onwards. The heads run in
-    ``head_groups`` groups; ``drop`` as in ``ring_forward``."""
+    ``head_groups`` groups (with K/V packets, each group's dK/dV hop home rides in the next
+    group's first packet: ``_in_head_groups``); ``drop`` as in ``ring_forward``."""
     groups = _groups_for(config, q.shape, k.shape)
-    # With K/V packets, each group's dK/dV hop home rides in the next group's first packet.
     homeward = groups > 1 and _packs(config, k, v)
 
     def backward(group, q, k, v, out, lse, dout, pending=()):

@@ -367,12 +367,10 @@ def run_worker(config: dict) -> dict:
         return _ring_program(mesh, spec, is_causal, config["schedule"], layout)
 
     def transfers_only(k, v):  # the ring's transfers in its order, nothing computed
-        perm = [(i, (i + 1) % size) for i in range(size)]
+        ring_config = ring.RingConfig("seq", size, is_causal, config["schedule"], layout)
 
-        def send(*xs):  # several arrays of one dtype in one packet over > 2 devices, as the ring
-            if size > 2 and len(xs) > 1:
-                return ring._unpack(jax.lax.ppermute(ring._pack(*xs), "seq", perm), *xs)
-            return tuple(jax.lax.ppermute(x, "seq", perm) for x in xs)
+        def send(*xs):  # the ring's own sends (packets where it packs)
+            return ring._send(ring_config, *xs)
 
         def one_group(k, v):
             kf = k, v

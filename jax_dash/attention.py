@@ -251,12 +251,19 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 def _backward(q, k, v, out, lse, dout, scale, mask_arrays, is_causal, static_mask, schedule):
     """The backward op; ``schedule`` is a name, or ``((platform, name), ...)`` when "auto" chose
     per platform (traced inputs): the branch of the platform the computation lowers for runs."""
-    args = (q, k, v, out, lse, dout, *mask_arrays, scale)
+    op = _per_platform(schedule, lambda name: _backward_op(is_causal, name, static_mask))
+    return op(q, k, v, out, lse, dout, *mask_arrays, scale)
+
+
+def _per_platform(schedule, op_for):
+    """``op_for(schedule)`` for a schedule name; for ``((platform, name), ...)`` (what "auto"
+    chose per platform) a function running the op of the platform the computation lowers for.
+    ``op_for`` should return the same function for the same name (cached), so that an eager
+    call does not compile ``platform_dependent`` anew."""
     if isinstance(schedule, str):
-        return _backward_op(is_causal, schedule, static_mask)(*args)
-    branches = {platform: _backward_op(is_causal, name, static_mask)
-                for platform, name in schedule}
-    return jax.lax.platform_dependent(*args, **branches)
+        return op_for(schedule)
+    branches = {platform: op_for(name) for platform, name in schedule}
+    return lambda *args: jax.lax.platform_dependent(*args, **branches)
 
 
 def _first_order_only(op):
@@ -384,8 +391,7 @@ _dropout_attention.defvjp(_dropout_attention_fwd, _dropout_attention_bwd)
 @functools.lru_cache(maxsize=64)
 def _dropout_backward_op(is_causal, static_mask, schedule, threshold, keep_scale):
     """The dropout backward as a function of ``(q, k, v, out, lse, dout, scale, key_words,
-    offsets, *mask_arrays)``; ``schedule`` a name, or ``((platform, name), ...)`` as in
-    ``_backward`` (the branch of the platform the computation lowers for runs)."""
+    offsets, *mask_arrays)``; ``schedule`` as in ``_per_platform``."""
     def on(name):
         def call(q, k, v, out, lse, dout, scale, key_words, offsets, *mask_arrays):
             return _ffi.bwd_call(q, k, v, out, lse, dout, scale, is_causal, name,
@@ -393,7 +399,4 @@ def _dropout_backward_op(is_causal, static_mask, schedule, threshold, keep_scale
                                  dropout=(key_words, offsets, threshold, keep_scale))
         return call
 
-    if isinstance(schedule, str):
-        return on(schedule)
-    branches = {platform: on(name) for platform, name in schedule}
-    return lambda *args: jax.lax.platform_dependent(*args, **branches)
+    return _per_platform(schedule, on)

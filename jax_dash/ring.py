@@ -824,16 +824,6 @@ def ring_backward(q, k, v, out, lse, dout, scale, config, drop=()):
                            homeward=2 if homeward else 0)
 
 
-def _backward_sums(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0):
-    """The float32 sums (dq, dk, dv) of ``_backward_before_home`` with dK/dV home (a float32 hop;
-    ``ring_backward`` casts before it)."""
-    (dq, dk, dv), _ = _backward_before_home(q, k, v, out, lse, dout, scale, config, drop,
-                                            head_start)
-    if config.axis_size > 1:
-        dk, dv = _send(config, dk, dv)
-    return dq, dk, dv
-
-
 def _backward_before_home(q, k, v, out, lse, dout, scale, config, drop=(), head_start=0,
                           passengers=()):
     """``ring_backward``'s float32 sums of one group, before the cast to the inputs' dtypes, with

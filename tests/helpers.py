@@ -90,7 +90,10 @@ def ring_sums(q, k, v, dout, ring_size, *, is_causal, layout, accumulate, schedu
 
     def device(q, k, v, dout):
         out, lse = ring.ring_forward(q, k, v, scale, config)
-        return ring._backward_sums(q, k, v, out, lse, dout, scale, config)
+        (dq, dk, dv), _ = ring._backward_before_home(q, k, v, out, lse, dout, scale, config)
+        if ring_size > 1:
+            dk, dv = ring._send(config, dk, dv)  # home, in float32
+        return dq, dk, dv
 
     def run(q, k, v, dout):
         sums = jax.vmap(device, axis_name=axis)(split(q), split(k), split(v), split(dout))

@@ -311,6 +311,15 @@ std::vector<double> widen(const std::vector<uint16_t>& x, DType t) {
   return y;
 }
 
+// The backward's gradients (dq, dk, dv, from DeviceProblem::backward) against the reference's.
+bool compare_grads(const std::vector<std::vector<uint16_t>>& got, const Reference& ref, DType t,
+                   double tol) {
+  bool ok = compare("bwd", "dq", widen(got[0], t), ref.dq, tol);
+  ok &= compare("bwd", "dk", widen(got[1], t), ref.dk, tol);
+  ok &= compare("bwd", "dv", widen(got[2], t), ref.dv, tol);
+  return ok;
+}
+
 size_t q_elems(const Case& c) {
   return static_cast<size_t>(c.batch * c.seq_q) * c.heads * c.head_dim;
 }
@@ -392,6 +401,19 @@ struct DeviceProblem {
     jax_dash::sm90::BwdOccupancy occupancy;
     CHECK_CUDA(jax_dash::sm90::bwd_occupancy(p, &occupancy));
     p.wave = occupancy.wave;
+  }
+
+  // One backward over poisoned gradients and workspaces (so nothing is read that the call did
+  // not write): dq, dk, dv.
+  std::vector<std::vector<uint16_t>> backward() {
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    wf.poison();
+    wi.poison();
+    CHECK_CUDA(jax_dash::sm90::run_bwd(p, nullptr));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return {dq.download(), dk.download(), dv.download()};
   }
 };
 
@@ -531,25 +553,15 @@ bool run_case(const Case& c) {
   for (size_t i = 0; i < nlse; ++i) hl[i] = static_cast<float>(ref.lse[i]);
   d.out.upload(ho);
   d.lse.upload(hl);
-  std::vector<uint16_t> first[3];
+  std::vector<std::vector<uint16_t>> first;
   for (int rep = 0; rep < 2; ++rep) {
-    d.dq.poison();
-    d.dk.poison();
-    d.dv.poison();
-    d.wf.poison();
-    d.wi.poison();
-    CHECK_CUDA(jax_dash::sm90::run_bwd(d.p, nullptr));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<uint16_t> got[3] = {d.dq.download(), d.dk.download(), d.dv.download()};
+    const auto got = d.backward();
     if (rep == 0) {
       ok &= check_preprocess(c, d, ho, hdo, hl);
-      ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
-      ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
-      ok &= compare("bwd", "dv", widen(got[2], c.dtype), ref.dv, tol);
-      for (int i = 0; i < 3; ++i) first[i] = got[i];
+      ok &= compare_grads(got, ref, c.dtype, tol);
+      first = got;
     } else if (c.schedule != Schedule::kAtomic) {
-      bool same = true;
-      for (int i = 0; i < 3; ++i) same &= got[i] == first[i];
+      const bool same = got == first;
       std::printf("  bwd   bitwise repeatable: %s\n", same ? "ok" : "FAIL");
       ok &= same;
     }
@@ -773,26 +785,16 @@ bool run_dropout_case(const Case& c, const DropoutCase& dc) {
                                 Schedule::kSymmetricShift, Schedule::kAtomic};
   for (Schedule schedule : schedules) {
     d.p.schedule = schedule;
-    std::vector<uint16_t> first_grads[3];
+    std::vector<std::vector<uint16_t>> first_grads;
     const int reps = schedule == Schedule::kAtomic ? 1 : 2;
     for (int rep = 0; rep < reps; ++rep) {
-      d.dq.poison();
-      d.dk.poison();
-      d.dv.poison();
-      d.wf.poison();
-      d.wi.poison();
-      CHECK_CUDA(jax_dash::sm90::run_bwd(d.p, nullptr));
-      CHECK_CUDA(cudaDeviceSynchronize());
-      std::vector<uint16_t> got[3] = {d.dq.download(), d.dk.download(), d.dv.download()};
+      const auto got = d.backward();
       if (rep == 0) {
         std::printf("  bwd %s\n", schedule_name(schedule));
-        ok &= compare("bwd", "dq", widen(got[0], c.dtype), ref.dq, tol);
-        ok &= compare("bwd", "dk", widen(got[1], c.dtype), ref.dk, tol);
-        ok &= compare("bwd", "dv", widen(got[2], c.dtype), ref.dv, tol);
-        for (int i = 0; i < 3; ++i) first_grads[i] = got[i];
+        ok &= compare_grads(got, ref, c.dtype, tol);
+        first_grads = got;
       } else {
-        bool same = true;
-        for (int i = 0; i < 3; ++i) same &= got[i] == first_grads[i];
+        const bool same = got == first_grads;
         std::printf("  bwd   bitwise repeatable: %s\n", same ? "ok" : "FAIL");
         ok &= same;
       }

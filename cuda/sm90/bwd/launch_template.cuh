@@ -19,20 +19,9 @@
 namespace jax_dash::sm90::bwd {
 
 template <class Traits>
-auto main_kernel() {
-  return bwd_main_ws_kernel<BwdWsKernelFor<Traits>>;
-}
-
-// Whether Traits is a masked instantiation (bwd/kernel.cuh kMask).
-template <class Traits>
-constexpr bool has_mask_policy_instance() {
-  return Traits::kMask;
-}
-
-template <class Traits>
 cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q) {
   *out = 0;
-  auto kernel = main_kernel<Traits>();
+  auto kernel = bwd_main_ws_kernel<BwdWsKernelFor<Traits>>;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -153,7 +142,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
       return err;
   }
 
-  if (has_mask_policy_instance<Traits>() && p.q_segment_ids != nullptr && p.batch > 0) {
+  if (Traits::kMask && p.q_segment_ids != nullptr && p.batch > 0) {
     // Compiled in launch.cu (a kernel that is not a template: tile_segments.cuh).
     if ((err = launch_tile_segments(
              p, sp, reinterpret_cast<SegmentRange*>(p.workspace_i32 + ws.tile_segments),
@@ -164,7 +153,7 @@ cudaError_t run_bwd_impl(const AttentionParams& p, unsigned long long* trace,
   if (items > 0) {
     // Only the masked instantiation builds its unit tables itself (bwd_kernel never picks another
     // without them; a guard against reading the workspace's empty table regions).
-    if (!has_mask_policy_instance<Traits>() && !ws.unit_tables)
+    if (!Traits::kMask && !ws.unit_tables)
       return cudaErrorInvalidConfiguration;
     int resident = 0;
     if ((err = resident_ctas<Traits>(p, &resident)) != cudaSuccess) return err;

@@ -12,8 +12,9 @@ step's Q/dO stage once both warpgroups are done with it (a math barrier), hands 
 the stage's own dQ-full barrier, and the writer, not the math, frees the stage for the producer
 (q_empty, one arrival) once its bulk reduction has read the partial: no dQ-empty barrier.
 
-Roles: P (producer warp), W (dQ writer warp), M0 and M1 (M2: the forward's third at head_dim 64)
-(the math warpgroups, each one actor: their
+Roles: P (producer warp), W0 and W1 (the two dQ writer warps: W0 takes the even steps of a unit, or
+with dq_in_stage the steps of stage 0, W1 the others), M0 and M1 (M2: the forward's third at
+head_dim 64) (the math warpgroups, each one actor: their
 threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
 generation it joined to complete, bar.arrive does not wait); an mbarrier counts arrivals per phase,
 and a wait on parity p passes once the phase of that parity has completed. Tickets are outside one
@@ -25,10 +26,13 @@ from __future__ import annotations
 import argparse
 import random
 
-# Named barrier ids and their thread counts, in actors: UNIT = P + W + M0 + M1, dQ = W + M0 + M1.
-UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1 = 1, 2, 3, 4, 5, 6
-COUNTS = {UNIT: 4, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3}
-DQ_FULL_OF_STAGE = (DQ_FULL, DQ_FULL1)  # dq_in_stage: stage s's dQ-full barrier
+# Named barrier ids and their thread counts, in actors: UNIT = P + W0 + W1 + M0 + M1, each dQ
+# barrier = one writer + M0 + M1.
+UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1, DQ_EMPTY1 = 1, 2, 3, 4, 5, 6, 7
+COUNTS = {UNIT: 5, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3, DQ_EMPTY1: 3}
+DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barrier (dq_in_stage: stage w's)
+DQ_EMPTY_OF = (DQ_EMPTY, DQ_EMPTY1)  # writer w's dQ-empty barrier
+WRITERS = 2
 STAGES = 2  # the Q/dO ring (WsTraits::kStages; 1 was the first head_dim-256 kernel's, kept modelled)
 
 
@@ -46,6 +50,8 @@ class CTA:
             self.mbar[f"q_full{s}"] = [1, 0, 0]
             # one arrival per math actor (8 warps in the code), or (dq_in_stage) the writer's one
             self.mbar[f"q_empty{s}"] = [1 if dq_in_stage else 2, 0, 0]
+        # dQ buffers: the step whose partial each holds, how many math actors stored it, read yet
+        self.dq = {}
 
     # named barriers
     def arrive(self, bar, actor):
@@ -90,37 +96,46 @@ def producer(units, q_stages=STAGES):
         yield ("sync", UNIT)                       # [C]
 
 
-def writer(units, q_stages=STAGES, dq_in_stage=False):
+def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
+    """dQ writer warp w (cuda/sm90/bwd/dq_writer.cuh): the steps s of a unit with s % 2 == w
+    (dq_in_stage: those in stage w). Buffer s % dq_buffers holds step s's partial; the math stores
+    step s after a sync on the empty barrier of the writer of step s - dq_buffers, so writer w
+    frees its buffers on its own empty barrier (at the unit's start for the first steps)."""
     q_iter = 0
-    for steps in units + [None]:
+    for unit, steps in enumerate(units + [None]):
         yield ("sync", UNIT)
         if steps is None:
             return
         if dq_in_stage:
             for _ in range(steps):
                 stage = q_iter % q_stages
-                yield ("sync", DQ_FULL_OF_STAGE[stage])  # math stored dQ into the stage
+                q_iter += 1
+                if stage != w % q_stages or (q_stages == 1 and w == 1):
+                    continue
+                yield ("sync", DQ_FULL_OF[stage])  # math stored dQ into the stage
                 # bulk reductions; wait_group.read
                 yield ("mb_arrive", f"q_empty{stage}")   # the stage is free for the producer
                 # wait_group 0; release the ticket
-                q_iter += 1
             yield ("sync", UNIT)
             continue
-        if steps > 0:
-            yield ("arrive", DQ_EMPTY)             # the buffer is free for the unit's first step
+        for j in range(min(dq_buffers, steps)):   # buffers free for the unit's first steps
+            if (j + dq_buffers) % WRITERS == w:
+                yield ("arrive", DQ_EMPTY_OF[w])
         for s in range(steps):
-            yield ("sync", DQ_FULL)                # math stored this step's dQ
-            # bulk reduce; wait_group.read
-            if s + 1 < steps:
-                yield ("arrive", DQ_EMPTY)
+            if s % WRITERS != w:
+                continue
+            yield ("sync", DQ_FULL_OF[w])          # math stored this step's dQ
+            yield ("dq_read", (unit, s), s % dq_buffers)  # bulk reduce; wait_group.read
+            if s + dq_buffers < steps:
+                yield ("arrive", DQ_EMPTY_OF[w])
             # wait_group 0; release the ticket
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False):
+def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
     q_iter = 0
     kv_loads = 0
-    for steps in units + [None]:
+    for unit, steps in enumerate(units + [None]):
         yield ("sync", MATH)                       # fetch published to the math threads
         yield ("sync", UNIT)                       # [B]
         if steps is None:
@@ -128,7 +143,7 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False):
         if steps > 0:
             yield ("mb_wait", "kv_full", kv_loads & 1)
             kv_loads += 1
-        for _ in range(steps):
+        for s in range(steps):
             stage = q_iter % q_stages
             yield ("mb_wait", f"q_full{stage}", (q_iter // q_stages) & 1)
             if ds_stages == 1:
@@ -136,21 +151,26 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False):
             yield ("sync", PDS)
             if dq_in_stage:
                 yield ("sync", MATH)               # both warpgroups' wgmmas done with the stage
-                yield ("arrive", DQ_FULL_OF_STAGE[stage])  # dQ stored into the stage
+                yield ("arrive", DQ_FULL_OF[stage])  # dQ stored into the stage
             else:
-                yield ("sync", DQ_EMPTY)
-                yield ("arrive", DQ_FULL)
+                # the writer of step s - dq_buffers has read the buffer
+                yield ("sync", DQ_EMPTY_OF[(s + dq_buffers) % WRITERS])
+                yield ("dq_store", (unit, s), s % dq_buffers)
+                yield ("arrive", DQ_FULL_OF[s % WRITERS])
                 yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
         yield ("sync", UNIT)                       # [C]
 
 
-def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False):
-    _interleave(CTA(q_stages=q_stages, dq_in_stage=dq_in_stage),
-                {"P": producer(units, q_stages), "W": writer(units, q_stages, dq_in_stage),
-                 "M0": math(units, ds_stages, q_stages, dq_in_stage),
-                 "M1": math(units, ds_stages, q_stages, dq_in_stage)},
-                rng, f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage}")
+def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
+    actors = {"P": producer(units, q_stages),
+              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers),
+              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers)}
+    for w in range(WRITERS):
+        actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers)
+    _interleave(CTA(q_stages=q_stages, dq_in_stage=dq_in_stage), actors, rng,
+                f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage} "
+                f"dq_buffers {dq_buffers}")
 
 
 # ---- forward (cuda/sm90/fwd/): producer thread, two or three math warpgroups taking turns ----
@@ -336,6 +356,21 @@ def _interleave(cta, actors, rng, what):
             cta.in_flight.append(op[1])
         elif op[0] == "tma_land":
             pending[name] = op
+        elif op[0] == "dq_store":  # a math actor's half of step op[1]'s partial into buffer op[2]
+            held = cta.dq.get(op[2])
+            if held is not None and held[0] != op[1] and not held[2]:
+                raise AssertionError(f"{what}: {name} stores step {op[1]} into dQ buffer {op[2]} "
+                                     f"before step {held[0]}'s partial was read")
+            if held is None or held[0] != op[1]:
+                held = [op[1], 0, False]
+            held[1] += 1
+            cta.dq[op[2]] = held
+        elif op[0] == "dq_read":
+            held = cta.dq.get(op[2])
+            if held is None or held[0] != op[1] or held[1] != 2:
+                raise AssertionError(f"{what}: {name} reads dQ buffer {op[2]} for step {op[1]} "
+                                     f"holding {held}")
+            held[2] = True
         elif op[0] == "mb_arrive":
             if len(op) > 2 and cta.mbar[op[1]][2] != op[2]:
                 raise AssertionError(f"{what}: {name}'s arrival on {op[1]} meant for phase {op[2]} "
@@ -370,17 +405,17 @@ def main():
     rng = random.Random(args.seed)
     for q_stages in ((args.q_stages,) if args.q_stages else (1, 2)):
         for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
-            for dq_in_stage in (False, True):
+            for dq_in_stage, dq_buffers in ((False, 1), (False, 2), (True, 1)):
                 for _ in range(args.trials):
                     units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
-                    run(units, rng, ds_stages, q_stages, dq_in_stage)
+                    run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             n_end = rng.randint(0, 9)
             run_forward(n_end, rng, warpgroups, random_firsts(rng, n_end, warpgroups))
             run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups)
-    print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
-          "in the stage or not) setting, forward "
+    print(f"ok: backward (two dQ writer warps) {args.trials} random unit sequences per (Q/dO "
+          "stages, dS^T buffers, dQ buffers 1 or 2 or dQ in the stage) setting, forward "
           f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
           "persistent tile sequences per warpgroup count (2, 3), each under a random "
           "interleaving: no deadlock, every barrier generation complete, every mbarrier arrival "

@@ -23,18 +23,18 @@ enum FwdBarrier : int {
 
 namespace bwd {
 
-// The warp-specialized backward (bwd/kernel.cuh BwdWsKernel): a producer warp, a dQ writer warp
-// and two math warpgroups.
+// The warp-specialized backward (bwd/kernel.cuh BwdWsKernel): a producer warp, two dQ writer
+// warps and two math warpgroups.
 enum WsBarrier : int {
-  kUnitBarrier = 1,     // producer warp + writer warp + math: a unit is published / finished
+  kUnitBarrier = 1,     // producer warp + writer warps + math: a unit is published / finished
   kPdSBarrier = 2,      // math: dS^T of this step is in shared memory
-  kdQFullBarrier = 3,   // math arrive, writer sync: the step's dQ partial is in shared memory
-  kdQEmptyBarrier = 4,  // writer arrive, math sync: the dQ buffer may be overwritten
+  kdQFullBarrier = 3,   // math arrive, writer 0 sync: its step's dQ partial is in shared memory
+  kdQEmptyBarrier = 4,  // writer 0 arrive, math sync: the dQ buffer it read may be overwritten
   kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue
-  kdQFullBarrier1 = 6,  // the same pair for the second dQ buffer (kdQStages == 2)
+  kdQFullBarrier1 = 6,  // the same pair for dQ writer 1 (dq_writer.cuh: two writer warps)
   kdQEmptyBarrier1 = 7,
 };
-// The full/empty barrier pair of dQ buffer j.
+// The full/empty barrier pair of dQ writer j.
 __device__ __forceinline__ int dq_full_barrier(int j) {
   return j ? kdQFullBarrier1 : kdQFullBarrier;
 }

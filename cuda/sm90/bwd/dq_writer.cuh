@@ -33,22 +33,34 @@ struct DqTicket {
   }
 };
 
-// ---- dQ writer warp -----------------------------------------------------------------------------
-// Per unit the Scheduler publishes, each step's dQ partial into dq_accum (visit_m, visit_ticket:
-// the unit's visit order and tickets in shared memory).
+// ---- dQ writer warps ----------------------------------------------------------------------------
+// Per unit the Scheduler publishes, writer w's steps' dQ partials into dq_accum (visit_m,
+// visit_ticket: the unit's visit order and tickets in shared memory): steps s with s % 2 == w, or
+// (kdQInStage) those in Q/dO stage w. A step's partial lies in buffer s % kdQStages; the math
+// stores step s once the writer of step s - kdQStages has read that buffer (its dQ-empty barrier,
+// or at the unit's start the writer whose barrier the math's first waits name), so writer w
+// arrives on dq_empty_barrier(w) only (scripts/ws_protocol_model.py, two writers).
 template <class Traits_>
 struct WsDqWriter {
   using Traits = Traits_;
+  static_assert(Traits::kdQWriters == 2 && Traits::kStages == 2,
+                "writer w takes the steps of parity w (or of Q/dO stage w)");
+  // The writer of step s, and the dQ-empty barrier the math waits on before storing step s.
+  __device__ __forceinline__ static int writer_of(int s) { return s % 2; }
+  __device__ __forceinline__ static int empty_barrier_before(int s) {
+    return dq_empty_barrier((s + Traits::kdQStages) % 2);  // the writer of s - kdQStages
+  }
   template <class Scheduler, class Storage>
   __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
-                                             const int32_t* visit_m, const int32_t* visit_ticket);
+                                             const int32_t* visit_m, const int32_t* visit_ticket,
+                                             int w);
 };
 
 template <class Traits_>
 template <class Scheduler, class Storage>
 __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>& P,
                                                         Storage& smem, const int32_t* visit_m,
-                                                        const int32_t* visit_ticket) {
+                                                        const int32_t* visit_ticket, int w) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
   const AttentionParams& p = P.p;
@@ -66,12 +78,17 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
   while (Scheduler::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     // The buffers are free for the unit's first steps (the previous unit's reductions were waited
-    // for).
+    // for): this writer frees those whose first step waits on its barrier.
     if constexpr (!Traits::kdQInStage) {
-      for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j)
-        named_barrier_arrive(dq_empty_barrier(j), Traits::kdQThreads);
+      for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j) {
+        if (empty_barrier_before(j) == dq_empty_barrier(w)) {
+          named_barrier_arrive(dq_empty_barrier(w), Traits::kdQThreads);
+        }
+      }
     }
     for (int s = 0; s < num_steps; ++s, q_pipe.advance()) {
+      // This writer's steps only: s % 2 == w, or (kdQInStage) those in stage w.
+      if ((Traits::kdQInStage ? q_pipe.index() : writer_of(s)) != w) continue;
       // kdQInStage: the stage's barrier; otherwise the buffer's.
       const int buf = Traits::kdQInStage ? q_pipe.index()
                                          : (Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages);
@@ -86,7 +103,7 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
       }
       __syncwarp();
       const long long t_full = tracer.start();
-      named_barrier_sync(dq_full_barrier(buf), Traits::kdQThreads);
+      named_barrier_sync(dq_full_barrier(w), Traits::kdQThreads);
       tracer.stop(kTraceWriterWaitdQFull, t_full);
       const long long t_reduce = tracer.start();
       if (leader) {
@@ -118,7 +135,7 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
       __syncwarp();
       tracer.stop(kTraceWriterWaitReduce, t_reduce);
       if (!Traits::kdQInStage && s + Traits::kdQStages < num_steps) {
-        named_barrier_arrive(dq_empty_barrier(buf), Traits::kdQThreads);
+        named_barrier_arrive(dq_empty_barrier(w), Traits::kdQThreads);  // read: step s + kdQStages
       }
       if (leader) {
         const long long t_complete = tracer.start();

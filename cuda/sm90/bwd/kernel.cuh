@@ -7,15 +7,17 @@
 //   warpgroup 0 ("service", registers lowered to kServiceRegisters)
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
 //             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
-//     warp 1  dQ WRITER: per step, in visit order: waits for tile m's ticket, takes the step's dQ
-//             partial from shared memory (dQFull), reduce-adds it into dq_accum with one bulk
-//             asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk copy,
-//             dq_accum being unzeroed), frees the buffer once it has been read (dQEmpty), waits for
-//             the reduction to complete in global memory, then releases the ticket. With two dQ
-//             buffers (kdQStages: head_dim 64) step s uses buffer s % 2 and its own barrier pair.
+//     warps 1-2  dQ WRITERS: writer w = warp - 1 takes the steps s of a unit with s % 2 == w (with
+//             kdQInStage, those in Q/dO stage w), in visit order: waits for tile m's ticket, takes
+//             the step's dQ partial from shared memory (its dQFull barrier), reduce-adds it into
+//             dq_accum with one bulk asynchronous reduction (ticket 0 with dq_first_store: stores
+//             it with a bulk copy, dq_accum being unzeroed), frees the buffer once it has been read
+//             (its dQEmpty barrier), waits for the reduction to complete in global memory, then
+//             releases the ticket: while one writer waits for its reduction and releases, the
+//             other takes the next step. Step s uses buffer s % kdQStages (two at head_dim 64).
 //             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
 //             the writer, once it has read it, frees the stage for the producer (q_empty).
-//     warps 2-3  exit.
+//     warp 3  exits.
 //   warpgroups 1-2 ("math", registers raised to kMathRegisters): only wgmma, softmax and dS; each
 //             owns 64 KV rows and keeps dK, dV in registers; writes dK, dV at the end of a unit
 //             (without GQA, 16-bit: into K's and V's tiles and out with two TMA stores).
@@ -135,7 +137,9 @@ struct BwdWsKernel {
     if (warp < 4) {
       warpgroup_registers_decrease<Traits::kServiceRegisters>();
       if (warp == 0) Producer::template run<Scheduler>(P, smem, visit_m);
-      else if (warp == 1) DqWriter::template run<Scheduler>(P, smem, visit_m, visit_ticket);
+      else if (warp <= Traits::kdQWriters) {
+        DqWriter::template run<Scheduler>(P, smem, visit_m, visit_ticket, warp - 1);
+      }
     } else {
       warpgroup_registers_increase<Traits::kMathRegisters>();
       Mainloop::template run<Epilogue, Scheduler>(P, smem, visit_m, visit_ticket);

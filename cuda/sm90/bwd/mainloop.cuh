@@ -57,7 +57,7 @@ __device__ __forceinline__ void load_column_pairs(const float* values, const Coo
 // The math warpgroups' unit loop: fetch a unit from the Scheduler (UnitScheduler), write its visit
 // order and tickets to shared memory (visit_m, visit_ticket), run its steps, and end it with the
 // Epilogue's dK/dV store (DkDvEpilogue). The mainloop names the roles that feed it: the producer
-// (TMA loads of the steps' tiles) and the dQ writer (dQ partials into dq_accum in ticket order).
+// (TMA loads of the steps' tiles) and the dQ writers (dQ partials into dq_accum in ticket order).
 template <class Traits_>
 struct WsMainloop {
   using Traits = Traits_;

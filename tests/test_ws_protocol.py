@@ -1,11 +1,13 @@
 """The warp-specialized kernels' barrier protocols (cuda/sm90/bwd/ and cuda/sm90/fwd/),
 through their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or
 leaves a barrier generation half complete (backward: unit sequences with and without steps, one or
-two dS^T buffers; forward: 0-12 KV tiles, ping-pong turns, every combination of skipped steps,
+two dS^T buffers, one or two dQ buffers or dQ in the Q/dO stage, two dQ writer warps taking turns;
+forward: 0-12 KV tiles, ping-pong turns, every combination of skipped steps,
 persistent tile sequences); and the model does catch the mistakes the kernels' comments warn about
 (a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the wrong parity, a missing
 or an extra ping-pong hand-over, skipped steps without their turns, without their waits, or
-releasing a stage a turn early, a first computing turn without its V wait). The model mirrors the kernel
+releasing a stage a turn early, a first computing turn without its V wait, a dQ buffer freed
+before its partial was read, the math waiting on the wrong writer's dQ-empty barrier). The model mirrors the kernel
 by hand; the GPU run (scripts/device_round.sh, stage checks) is what checks the kernel itself."""
 
 import importlib.util
@@ -48,26 +50,28 @@ class _Starving(random.Random):
         return super().choice(seq)
 
 
-@pytest.mark.parametrize("slow", [None, "P", "W", "M0", "M1"])
-@pytest.mark.parametrize("dq_in_stage", [False, True])  # True: head_dim 256 (kdQInStage)
+@pytest.mark.parametrize("slow", [None, "P", "W0", "W1", "M0", "M1"])
+@pytest.mark.parametrize("dq", ["one buffer", "two buffers", "in stage"])  # hd128 / hd64 / hd256
 @pytest.mark.parametrize("q_stages", [1, 2])  # 2: the kernels; 1: the first hd256 kernel
 @pytest.mark.parametrize("ds_stages", [1, 2])
-def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq_in_stage, slow):
-    rng, sequences = _unit_sequences(ds_stages, 1500 if slow is None else 300)
+def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq, slow):
+    rng, sequences = _unit_sequences(ds_stages, 1000 if slow is None else 200)
     if slow is not None:
         rng = _Starving(ds_stages, slow)
+    dq_in_stage, dq_buffers = {"one buffer": (False, 1), "two buffers": (False, 2),
+                               "in stage": (True, 1)}[dq]
     for units in sequences:
-        model.run(units, rng, ds_stages, q_stages, dq_in_stage)
+        model.run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers)
 
 
 def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
     """With the dQ partial in the Q/dO stage and no dQ-empty barrier, the math can store step s+1
-    before the writer has taken step s: one dQ-full barrier for both stages would then see the
-    math arrive twice in one generation. The model must catch that (the kernel has one per
-    stage)."""
-    monkeypatch.setattr(model, "DQ_FULL_OF_STAGE", (model.DQ_FULL, model.DQ_FULL))
+    before the writer has taken step s: one dQ-full barrier for both stages (both writers) would
+    then see the math arrive twice in one generation. The model must catch that (the kernel has
+    one per stage, its writer's)."""
+    monkeypatch.setattr(model, "DQ_FULL_OF", (model.DQ_FULL, model.DQ_FULL))
     _, sequences = _unit_sequences(11, 300)
-    rng = _Starving(11, "W")
+    rng = _Starving(11, "W0")
     caught = 0
     for units in sequences:
         try:
@@ -78,18 +82,52 @@ def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
 
 
 def _writer_releasing_after_the_last_step(model):
-    def writer(units, q_stages=2, dq_in_stage=False):
-        for steps in units + [None]:
+    """Each writer frees its buffer after every step it read, its unit's last one included."""
+    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1):
+        for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
             if steps is None:
                 return
-            if steps > 0:
-                yield ("arrive", model.DQ_EMPTY)
-            for _ in range(steps):
-                yield ("sync", model.DQ_FULL)
-                yield ("arrive", model.DQ_EMPTY)
+            for j in range(min(dq_buffers, steps)):
+                if (j + dq_buffers) % model.WRITERS == w:
+                    yield ("arrive", model.DQ_EMPTY_OF[w])
+            for s in range(w, steps, model.WRITERS):
+                yield ("sync", model.DQ_FULL_OF[w])
+                yield ("dq_read", (unit, s), s % dq_buffers)
+                yield ("arrive", model.DQ_EMPTY_OF[w])
             yield ("sync", model.UNIT)
     return writer
+
+
+def _writer_freeing_before_the_read(model):
+    """Each writer frees its buffer before the bulk reduction has read it."""
+    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1):
+        for unit, steps in enumerate(units + [None]):
+            yield ("sync", model.UNIT)
+            if steps is None:
+                return
+            for j in range(min(dq_buffers, steps)):
+                if (j + dq_buffers) % model.WRITERS == w:
+                    yield ("arrive", model.DQ_EMPTY_OF[w])
+            for s in range(w, steps, model.WRITERS):
+                yield ("sync", model.DQ_FULL_OF[w])
+                if s + dq_buffers < steps:
+                    yield ("arrive", model.DQ_EMPTY_OF[w])
+                yield ("dq_read", (unit, s), s % dq_buffers)
+            yield ("sync", model.UNIT)
+    return writer
+
+
+def _math_on_writer_0s_empty_barrier(model):
+    """The math waits on writer 0's dQ-empty barrier before every store (one writer's protocol)."""
+    correct = model.math
+
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers):
+            if op[0] == "sync" and op[1] in model.DQ_EMPTY_OF:
+                op = ("sync", model.DQ_EMPTY_OF[0])
+            yield op
+    return math
 
 
 def _producer_on_the_wrong_parity(model):
@@ -110,18 +148,25 @@ def _producer_on_the_wrong_parity(model):
     return producer
 
 
-@pytest.mark.parametrize("role, broken", [("writer", _writer_releasing_after_the_last_step),
-                                          ("producer", _producer_on_the_wrong_parity)])
-def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken):
+@pytest.mark.parametrize("role, broken, dq_buffers", [
+    ("writer", _writer_releasing_after_the_last_step, 1),
+    ("writer", _writer_freeing_before_the_read, 1),
+    ("writer", _writer_freeing_before_the_read, 2),
+    ("math", _math_on_writer_0s_empty_barrier, 1),
+    ("math", _math_on_writer_0s_empty_barrier, 2),
+    ("producer", _producer_on_the_wrong_parity, 1)])
+def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken, dq_buffers):
     monkeypatch.setattr(model, role, broken(model))
     rng, sequences = _unit_sequences(7, 200)
+    if broken is _writer_freeing_before_the_read:
+        rng = _Starving(7, "W0")  # the read comes late: the math's next store gets there first
     caught = 0
     for units in sequences:
         try:
-            model.run(units, rng, 2)
+            model.run(units, rng, 2, 2, False, dq_buffers)
         except (model.Deadlock, AssertionError):
             caught += 1
-    assert caught > 100
+    assert caught > 20, caught
 
 
 @pytest.mark.parametrize("warpgroups", [2, 3])

@@ -12,8 +12,9 @@ step's Q/dO stage once both warpgroups are done with it (a math barrier), hands 
 the stage's own dQ-full barrier, and the writer, not the math, frees the stage for the producer
 (q_empty, one arrival) once its bulk reduction has read the partial: no dQ-empty barrier.
 
-Roles: P (producer warp), W0 and W1 (the two dQ writer warps: W0 takes the even steps of a unit, or
-with dq_in_stage the steps of stage 0, W1 the others), M0 and M1 (M2: the forward's third at
+Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels: W0 takes the
+even steps of a unit, or with dq_in_stage the steps of stage 0, W1 the others; the masked kernels
+run W0 alone), M0 and M1 (M2: the forward's third at
 head_dim 64) (the math warpgroups, each one actor: their
 threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
 generation it joined to complete, bar.arrive does not wait); an mbarrier counts arrivals per phase,
@@ -26,13 +27,13 @@ from __future__ import annotations
 import argparse
 import random
 
-# Named barrier ids and their thread counts, in actors: UNIT = P + W0 + W1 + M0 + M1, each dQ
+# Named barrier ids and their thread counts, in actors: UNIT = P + the writers + M0 + M1, each dQ
 # barrier = one writer + M0 + M1.
 UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1, DQ_EMPTY1 = 1, 2, 3, 4, 5, 6, 7
 COUNTS = {UNIT: 5, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3, DQ_EMPTY1: 3}
-DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barrier (dq_in_stage: stage w's)
+DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barrier (dq_in_stage: stage s's)
 DQ_EMPTY_OF = (DQ_EMPTY, DQ_EMPTY1)  # writer w's dQ-empty barrier
-WRITERS = 2
+WRITERS = 2  # the unmasked kernels; the masked ones run one (WsTraits::kdQWriters)
 STAGES = 2  # the Q/dO ring (WsTraits::kStages; 1 was the first head_dim-256 kernel's, kept modelled)
 
 
@@ -96,11 +97,13 @@ def producer(units, q_stages=STAGES):
         yield ("sync", UNIT)                       # [C]
 
 
-def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
+def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
     """dQ writer warp w (cuda/sm90/bwd/dq_writer.cuh): the steps s of a unit with s % 2 == w
     (dq_in_stage: those in stage w). Buffer s % dq_buffers holds step s's partial; the math stores
     step s after a sync on the empty barrier of the writer of step s - dq_buffers, so writer w
-    frees its buffers on its own empty barrier (at the unit's start for the first steps)."""
+    frees its buffers on its own empty barrier (at the unit's start for the first steps). With
+    one writer (writers=1) every step is writer 0's."""
+    writers = writers or WRITERS
     q_iter = 0
     for unit, steps in enumerate(units + [None]):
         yield ("sync", UNIT)
@@ -110,7 +113,7 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
             for _ in range(steps):
                 stage = q_iter % q_stages
                 q_iter += 1
-                if stage != w % q_stages or (q_stages == 1 and w == 1):
+                if stage % writers != w:
                     continue
                 yield ("sync", DQ_FULL_OF[stage])  # math stored dQ into the stage
                 # bulk reductions; wait_group.read
@@ -119,10 +122,10 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
             yield ("sync", UNIT)
             continue
         for j in range(min(dq_buffers, steps)):   # buffers free for the unit's first steps
-            if (j + dq_buffers) % WRITERS == w:
+            if (j + dq_buffers) % writers == w:
                 yield ("arrive", DQ_EMPTY_OF[w])
         for s in range(steps):
-            if s % WRITERS != w:
+            if s % writers != w:
                 continue
             yield ("sync", DQ_FULL_OF[w])          # math stored this step's dQ
             yield ("dq_read", (unit, s), s % dq_buffers)  # bulk reduce; wait_group.read
@@ -132,7 +135,8 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
+def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
+    writers = writers or WRITERS
     q_iter = 0
     kv_loads = 0
     for unit, steps in enumerate(units + [None]):
@@ -154,23 +158,26 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
                 yield ("arrive", DQ_FULL_OF[stage])  # dQ stored into the stage
             else:
                 # the writer of step s - dq_buffers has read the buffer
-                yield ("sync", DQ_EMPTY_OF[(s + dq_buffers) % WRITERS])
+                yield ("sync", DQ_EMPTY_OF[(s + dq_buffers) % writers])
                 yield ("dq_store", (unit, s), s % dq_buffers)
-                yield ("arrive", DQ_FULL_OF[s % WRITERS])
+                yield ("arrive", DQ_FULL_OF[s % writers])
                 yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
         yield ("sync", UNIT)                       # [C]
 
 
-def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1):
+def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
+    writers = writers or WRITERS
     actors = {"P": producer(units, q_stages),
-              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers),
-              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers)}
-    for w in range(WRITERS):
-        actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers)
-    _interleave(CTA(q_stages=q_stages, dq_in_stage=dq_in_stage), actors, rng,
+              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers),
+              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)}
+    for w in range(writers):
+        actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers, writers)
+    counts = dict(COUNTS)
+    counts[UNIT] = 3 + writers
+    _interleave(CTA(counts, q_stages=q_stages, dq_in_stage=dq_in_stage), actors, rng,
                 f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage} "
-                f"dq_buffers {dq_buffers}")
+                f"dq_buffers {dq_buffers} writers {writers}")
 
 
 # ---- forward (cuda/sm90/fwd/): producer thread, two or three math warpgroups taking turns ----
@@ -406,16 +413,17 @@ def main():
     for q_stages in ((args.q_stages,) if args.q_stages else (1, 2)):
         for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
             for dq_in_stage, dq_buffers in ((False, 1), (False, 2), (True, 1)):
-                for _ in range(args.trials):
-                    units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
-                    run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers)
+                for writers in ((2,) if dq_buffers == 2 else (1, 2)):  # kernels: 1 buffer with 1
+                    for _ in range(args.trials):
+                        units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
+                        run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             n_end = rng.randint(0, 9)
             run_forward(n_end, rng, warpgroups, random_firsts(rng, n_end, warpgroups))
             run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups)
-    print(f"ok: backward (two dQ writer warps) {args.trials} random unit sequences per (Q/dO "
-          "stages, dS^T buffers, dQ buffers 1 or 2 or dQ in the stage) setting, forward "
+    print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
+          "buffers 1 or 2 or dQ in the stage, one or two dQ writer warps) setting, forward "
           f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
           "persistent tile sequences per warpgroup count (2, 3), each under a random "
           "interleaving: no deadlock, every barrier generation complete, every mbarrier arrival "

@@ -50,18 +50,24 @@ class _Starving(random.Random):
         return super().choice(seq)
 
 
-@pytest.mark.parametrize("slow", [None, "P", "W0", "W1", "M0", "M1"])
-@pytest.mark.parametrize("dq", ["one buffer", "two buffers", "in stage"])  # hd128 / hd64 / hd256
+_DQ = {"one buffer": (False, 1, 2), "two buffers": (False, 2, 2), "in stage": (True, 1, 2),
+       "one buffer, one writer": (False, 1, 1), "in stage, one writer": (True, 1, 1)}
+# (dQ hand-off, starved role): hd128 / hd64 / hd256 with two writers, the masked kernels with one.
+_DQ_SLOW = [(dq, slow) for dq, (_, _, writers) in _DQ.items()
+            for slow in [None, "P", "W0", "W1", "M0", "M1"][:6 if writers == 2 else 3] +
+            ([] if writers == 2 else ["M0", "M1"])]
+
+
+@pytest.mark.parametrize("dq, slow", _DQ_SLOW)
 @pytest.mark.parametrize("q_stages", [1, 2])  # 2: the kernels; 1: the first hd256 kernel
 @pytest.mark.parametrize("ds_stages", [1, 2])
 def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq, slow):
-    rng, sequences = _unit_sequences(ds_stages, 1000 if slow is None else 200)
+    dq_in_stage, dq_buffers, writers = _DQ[dq]
+    rng, sequences = _unit_sequences(ds_stages, 800 if slow is None else 150)
     if slow is not None:
         rng = _Starving(ds_stages, slow)
-    dq_in_stage, dq_buffers = {"one buffer": (False, 1), "two buffers": (False, 2),
-                               "in stage": (True, 1)}[dq]
     for units in sequences:
-        model.run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers)
+        model.run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)
 
 
 def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
@@ -83,7 +89,7 @@ def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
 
 def _writer_releasing_after_the_last_step(model):
     """Each writer frees its buffer after every step it read, its unit's last one included."""
-    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1):
+    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
         for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
             if steps is None:
@@ -101,7 +107,7 @@ def _writer_releasing_after_the_last_step(model):
 
 def _writer_freeing_before_the_read(model):
     """Each writer frees its buffer before the bulk reduction has read it."""
-    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1):
+    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
         for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
             if steps is None:
@@ -122,8 +128,8 @@ def _math_on_writer_0s_empty_barrier(model):
     """The math waits on writer 0's dQ-empty barrier before every store (one writer's protocol)."""
     correct = model.math
 
-    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1):
-        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers):
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers):
             if op[0] == "sync" and op[1] in model.DQ_EMPTY_OF:
                 op = ("sync", model.DQ_EMPTY_OF[0])
             yield op

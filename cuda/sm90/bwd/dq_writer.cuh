@@ -36,19 +36,23 @@ struct DqTicket {
 // ---- dQ writer warps ----------------------------------------------------------------------------
 // Per unit the Scheduler publishes, writer w's steps' dQ partials into dq_accum (visit_m,
 // visit_ticket: the unit's visit order and tickets in shared memory): steps s with s % 2 == w, or
-// (kdQInStage) those in Q/dO stage w. A step's partial lies in buffer s % kdQStages; the math
+// (kdQInStage) those in Q/dO stage w; with one writer (Traits::kdQWriters: the masked kernels)
+// every step. A step's partial lies in buffer s % kdQStages; the math
 // stores step s once the writer of step s - kdQStages has read that buffer (its dQ-empty barrier,
 // or at the unit's start the writer whose barrier the math's first waits name), so writer w
 // arrives on dq_empty_barrier(w) only (scripts/ws_protocol_model.py, two writers).
 template <class Traits_>
 struct WsDqWriter {
   using Traits = Traits_;
-  static_assert(Traits::kdQWriters == 2 && Traits::kStages == 2,
-                "writer w takes the steps of parity w (or of Q/dO stage w)");
+  static constexpr int kWriters = Traits::kdQWriters;
+  static_assert((kWriters == 1 || kWriters == 2) && Traits::kStages == 2,
+                "one writer, or writer w taking the steps of parity w (or of Q/dO stage w)");
+  static_assert(kWriters == 2 || Traits::kdQStages == 1,
+                "one writer frees one buffer on its one dQ-empty barrier");
   // The writer of step s, and the dQ-empty barrier the math waits on before storing step s.
-  __device__ __forceinline__ static int writer_of(int s) { return s % 2; }
+  __device__ __forceinline__ static int writer_of(int s) { return s % kWriters; }
   __device__ __forceinline__ static int empty_barrier_before(int s) {
-    return dq_empty_barrier((s + Traits::kdQStages) % 2);  // the writer of s - kdQStages
+    return dq_empty_barrier((s + Traits::kdQStages) % kWriters);  // the writer of s - kdQStages
   }
   template <class Scheduler, class Storage>
   __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
@@ -87,8 +91,8 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
       }
     }
     for (int s = 0; s < num_steps; ++s, q_pipe.advance()) {
-      // This writer's steps only: s % 2 == w, or (kdQInStage) those in stage w.
-      if ((Traits::kdQInStage ? q_pipe.index() : writer_of(s)) != w) continue;
+      // This writer's steps only: s % 2 == w, or (kdQInStage) those in stage w (all with one).
+      if ((Traits::kdQInStage ? q_pipe.index() % kWriters : writer_of(s)) != w) continue;
       // kdQInStage: the stage's barrier; otherwise the buffer's.
       const int buf = Traits::kdQInStage ? q_pipe.index()
                                          : (Traits::kdQStages == 1 ? 0 : s % Traits::kdQStages);
@@ -103,7 +107,8 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
       }
       __syncwarp();
       const long long t_full = tracer.start();
-      named_barrier_sync(dq_full_barrier(w), Traits::kdQThreads);
+      // The math arrives on the barrier of the step's writer, or (kdQInStage) of its stage.
+      named_barrier_sync(dq_full_barrier(Traits::kdQInStage ? buf : w), Traits::kdQThreads);
       tracer.stop(kTraceWriterWaitdQFull, t_full);
       const long long t_reduce = tracer.start();
       if (leader) {

@@ -129,13 +129,16 @@ struct WsTraits {
   static constexpr int kMathThreads = Base::kThreads;  // two warpgroups
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
-  static constexpr int kUnitThreads = 96 + kMathThreads;  // producer + two writer warps + math
-  static constexpr int kdQThreads = 32 + kMathThreads;    // one writer warp + math
-  // Two dQ writer warps (dq_writer.cuh), writer w taking the steps s of a unit with s % 2 == w (with
-  // kdQInStage the steps in Q/dO stage w): each waits for its own reductions to complete and
-  // releases their tickets while the other takes the next step's partial. Writer w has its own
-  // dQ-full and dQ-empty barriers (named_barrier.cuh dq_full_barrier(w), dq_empty_barrier(w)).
-  static constexpr int kdQWriters = 2;
+  // Two dQ writer warps in the unmasked kernels (dq_writer.cuh), writer w taking the steps s of a
+  // unit with s % 2 == w (with kdQInStage the steps in Q/dO stage w): each waits for its own
+  // reductions to complete and releases their tickets while the other takes the next step. Writer
+  // w has its own dQ-full and dQ-empty barriers (named_barrier.cuh dq_full_barrier(w),
+  // dq_empty_barrier(w)). The masked kernels keep one: with two, their backward was 2-5% slower
+  // (H100, 16k tokens: sliding window and packed documents at head_dim 64, packed at 128;
+  // maintainers/perf-notes.md, twentieth session, call 12).
+  static constexpr int kdQWriters = kMask ? 1 : 2;
+  static constexpr int kUnitThreads = 32 * (1 + kdQWriters) + kMathThreads;  // producer, writers, math
+  static constexpr int kdQThreads = 32 + kMathThreads;  // one writer warp + math
   static constexpr int kServiceRegisters = 24;
   static constexpr int kMathRegisters = 240;
   static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,

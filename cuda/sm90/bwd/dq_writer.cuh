@@ -37,10 +37,10 @@ struct DqTicket {
 // Per unit the Scheduler publishes, writer w's steps' dQ partials into dq_accum (visit_m,
 // visit_ticket: the unit's visit order and tickets in shared memory): steps s with s % 2 == w, or
 // (kdQInStage) those in Q/dO stage w; with one writer (Traits::kdQWriters: the masked kernels)
-// every step. A step's partial lies in buffer s % kdQStages; the math
-// stores step s once the writer of step s - kdQStages has read that buffer (its dQ-empty barrier,
-// or at the unit's start the writer whose barrier the math's first waits name), so writer w
-// arrives on dq_empty_barrier(w) only (scripts/ws_protocol_model.py, two writers).
+// every step. A step's partial lies in buffer s % kdQStages; the math stores step s once the
+// writer of step s - kdQStages has read that buffer (its dQ-empty barrier, or at the unit's start
+// the writer whose barrier the math's first waits name), so writer w arrives on
+// dq_empty_barrier(w) only (scripts/ws_protocol_model.py: one and two writers).
 template <class Traits_>
 struct WsDqWriter {
   using Traits = Traits_;

@@ -8,14 +8,14 @@
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
 //             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
 //     warps 1-2  dQ WRITERS (warp 1 only in the masked kernels, Traits::kdQWriters): writer
-//             w = warp - 1 takes the steps s of a unit with s % 2 == w (with kdQInStage, those
-//             in Q/dO stage w), in visit order: waits for tile m's ticket, takes
-//             the step's dQ partial from shared memory (its dQFull barrier), reduce-adds it into
-//             dq_accum with one bulk asynchronous reduction (ticket 0 with dq_first_store: stores
-//             it with a bulk copy, dq_accum being unzeroed), frees the buffer once it has been read
-//             (its dQEmpty barrier), waits for the reduction to complete in global memory, then
-//             releases the ticket: while one writer waits for its reduction and releases, the
-//             other takes the next step. Step s uses buffer s % kdQStages (two at head_dim 64).
+//             w = warp - 1 takes the steps s of a unit with s % 2 == w (with kdQInStage, those in
+//             Q/dO stage w), in visit order: waits for tile m's ticket, takes the step's dQ
+//             partial from shared memory (its dQFull barrier), reduce-adds it into dq_accum with
+//             one bulk asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk
+//             copy, dq_accum being unzeroed), frees the buffer once it has been read (its dQEmpty
+//             barrier), waits for the reduction to complete in global memory, then releases the
+//             ticket: while one writer waits for its reduction and releases, the other takes the
+//             next step. Step s uses buffer s % kdQStages (two at head_dim 64).
 //             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
 //             the writer, once it has read it, frees the stage for the producer (q_empty).
 //     warp 3 (and warp 2 with one writer)  exits.

@@ -465,7 +465,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
       // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
       // Buffer step % kdQStages, free once the writer of step - kdQStages has read it; then the
-      // writer of this step takes it (WsDqWriter: two writer warps, by the step's parity).
+      // writer of this step takes it (WsDqWriter: with two writer warps, by the step's parity).
       const int dq_buf = Traits::kdQStages == 1 ? 0 : step % Traits::kdQStages;
       const long long t_empty = tracer.start();
       named_barrier_sync(DqWriter::empty_barrier_before(step), Traits::kdQThreads);

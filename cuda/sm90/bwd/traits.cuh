@@ -137,7 +137,8 @@ struct WsTraits {
   // (H100, 16k tokens: sliding window and packed documents at head_dim 64, packed at 128;
   // maintainers/perf-notes.md, twentieth session, call 12).
   static constexpr int kdQWriters = kMask ? 1 : 2;
-  static constexpr int kUnitThreads = 32 * (1 + kdQWriters) + kMathThreads;  // producer, writers, math
+  // The unit barrier's threads: the producer warp, the writer warps, the math warpgroups.
+  static constexpr int kUnitThreads = 32 * (1 + kdQWriters) + kMathThreads;
   static constexpr int kdQThreads = 32 + kMathThreads;  // one writer warp + math
   static constexpr int kServiceRegisters = 24;
   static constexpr int kMathRegisters = 240;

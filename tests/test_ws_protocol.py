@@ -87,8 +87,9 @@ def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
     assert caught > 50
 
 
-def _writer_releasing_after_the_last_step(model):
-    """Each writer frees its buffer after every step it read, its unit's last one included."""
+def _broken_writer(model, free_before_read):
+    """A writer that frees its buffer after every step it read, its unit's last one included, or
+    (``free_before_read``) before the bulk reduction has read it."""
     def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
         for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
@@ -99,29 +100,24 @@ def _writer_releasing_after_the_last_step(model):
                     yield ("arrive", model.DQ_EMPTY_OF[w])
             for s in range(w, steps, model.WRITERS):
                 yield ("sync", model.DQ_FULL_OF[w])
-                yield ("dq_read", (unit, s), s % dq_buffers)
-                yield ("arrive", model.DQ_EMPTY_OF[w])
+                read = ("dq_read", (unit, s), s % dq_buffers)
+                if free_before_read:
+                    if s + dq_buffers < steps:
+                        yield ("arrive", model.DQ_EMPTY_OF[w])
+                    yield read
+                else:
+                    yield read
+                    yield ("arrive", model.DQ_EMPTY_OF[w])
             yield ("sync", model.UNIT)
     return writer
+
+
+def _writer_releasing_after_the_last_step(model):
+    return _broken_writer(model, free_before_read=False)
 
 
 def _writer_freeing_before_the_read(model):
-    """Each writer frees its buffer before the bulk reduction has read it."""
-    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
-        for unit, steps in enumerate(units + [None]):
-            yield ("sync", model.UNIT)
-            if steps is None:
-                return
-            for j in range(min(dq_buffers, steps)):
-                if (j + dq_buffers) % model.WRITERS == w:
-                    yield ("arrive", model.DQ_EMPTY_OF[w])
-            for s in range(w, steps, model.WRITERS):
-                yield ("sync", model.DQ_FULL_OF[w])
-                if s + dq_buffers < steps:
-                    yield ("arrive", model.DQ_EMPTY_OF[w])
-                yield ("dq_read", (unit, s), s % dq_buffers)
-            yield ("sync", model.UNIT)
-    return writer
+    return _broken_writer(model, free_before_read=True)
 
 
 def _math_on_writer_0s_empty_barrier(model):

@@ -12,6 +12,11 @@ step's Q/dO stage once both warpgroups are done with it (a math barrier), hands 
 the stage's own dQ-full barrier, and the writer, not the math, frees the stage for the producer
 (q_empty, one arrival) once its bulk reduction has read the partial: no dQ-empty barrier.
 
+Outside dq_in_stage each math warpgroup hands its half of a step's dQ partial (its own 64 of the
+tile's rows of fragment chunks) to the step's writer on a dQ-full/dQ-empty barrier pair of its
+own (one writer + one warpgroup), as FlashAttention-3 does: the two warpgroups meet once a step
+(PDS), not again at the dQ buffer; the writer takes warpgroup 0's half, then warpgroup 1's.
+
 Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels: W0 takes the
 even steps of a unit, or with dq_in_stage the steps of stage 0, W1 the others; the masked kernels
 run W0 alone), M0 and M1 (M2: the forward's third at
@@ -27,12 +32,28 @@ from __future__ import annotations
 import argparse
 import random
 
-# Named barrier ids and their thread counts, in actors: UNIT = P + the writers + M0 + M1, each dQ
-# barrier = one writer + M0 + M1.
-UNIT, PDS, DQ_FULL, DQ_EMPTY, MATH, DQ_FULL1, DQ_EMPTY1 = 1, 2, 3, 4, 5, 6, 7
-COUNTS = {UNIT: 5, PDS: 2, DQ_FULL: 3, DQ_EMPTY: 3, MATH: 2, DQ_FULL1: 3, DQ_EMPTY1: 3}
-DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barrier (dq_in_stage: stage s's)
-DQ_EMPTY_OF = (DQ_EMPTY, DQ_EMPTY1)  # writer w's dQ-empty barrier
+# Named barriers and their thread counts, in actors: UNIT = P + the writers + M0 + M1; a stage's
+# dQ-full barrier (dq_in_stage) = its writer + M0 + M1; a warpgroup's dQ barrier (dq_full(w, g),
+# dq_empty(w, g)) = writer w + math warpgroup g (named_barrier.cuh dq_full_barrier(w, g)).
+UNIT, PDS, MATH, DQ_FULL, DQ_EMPTY, DQ_FULL1, DQ_EMPTY1 = 1, 2, 3, 4, 5, 6, 7
+DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barriers (dq_in_stage: stage s's)
+DQ_EMPTY_OF = (DQ_EMPTY, DQ_EMPTY1)  # writer w's dQ-empty barriers
+COUNTS = {UNIT: 5, PDS: 2, MATH: 2, DQ_FULL: 3, DQ_FULL1: 3}
+for _g in (0, 1):
+    for _bar in DQ_FULL_OF + DQ_EMPTY_OF:
+        COUNTS[(_bar, _g)] = 2
+
+
+def dq_full(w, g):
+    """Writer w's dQ-full barrier for math warpgroup g's half of a partial."""
+    return (DQ_FULL_OF[w], g)
+
+
+def dq_empty(w, g):
+    """Writer w's dQ-empty barrier for math warpgroup g's half of a buffer."""
+    return (DQ_EMPTY_OF[w], g)
+
+
 WRITERS = 2  # the unmasked kernels; the masked ones run one (WsTraits::kdQWriters)
 STAGES = 2  # the Q/dO ring (WsTraits::kStages; 1 was the first head_dim-256 kernel's, kept modelled)
 
@@ -99,10 +120,10 @@ def producer(units, q_stages=STAGES):
 
 def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
     """dQ writer warp w (cuda/sm90/bwd/dq_writer.cuh): the steps s of a unit with s % 2 == w
-    (dq_in_stage: those in stage w). Buffer s % dq_buffers holds step s's partial; the math stores
-    step s after a sync on the empty barrier of the writer of step s - dq_buffers, so writer w
-    frees its buffers on its own empty barrier (at the unit's start for the first steps). With
-    one writer (writers=1) every step is writer 0's."""
+    (dq_in_stage: those in stage w). Buffer s % dq_buffers holds step s's partial; math warpgroup g
+    stores its half of step s after a sync on its empty barrier of the writer of step
+    s - dq_buffers, so writer w frees its buffers' halves on its own empty barriers (at the unit's
+    start for the first steps). With one writer (writers=1) every step is writer 0's."""
     writers = writers or WRITERS
     q_iter = 0
     for unit, steps in enumerate(units + [None]):
@@ -123,19 +144,22 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=N
             continue
         for j in range(min(dq_buffers, steps)):   # buffers free for the unit's first steps
             if (j + dq_buffers) % writers == w:
-                yield ("arrive", DQ_EMPTY_OF[w])
+                for g in (0, 1):
+                    yield ("arrive", dq_empty(w, g))
         for s in range(steps):
             if s % writers != w:
                 continue
-            yield ("sync", DQ_FULL_OF[w])          # math stored this step's dQ
-            yield ("dq_read", (unit, s), s % dq_buffers)  # bulk reduce; wait_group.read
-            if s + dq_buffers < steps:
-                yield ("arrive", DQ_EMPTY_OF[w])
+            for g in (0, 1):
+                yield ("sync", dq_full(w, g))      # warpgroup g stored its half of this step's dQ
+                yield ("dq_read", (unit, s), s % dq_buffers, g)  # bulk reduce; wait_group.read
+                if s + dq_buffers < steps:
+                    yield ("arrive", dq_empty(w, g))
             # wait_group 0; release the ticket
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
+def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None, g=0):
+    """Math warpgroup g."""
     writers = writers or WRITERS
     q_iter = 0
     kv_loads = 0
@@ -157,10 +181,10 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
                 yield ("sync", MATH)               # both warpgroups' wgmmas done with the stage
                 yield ("arrive", DQ_FULL_OF[stage])  # dQ stored into the stage
             else:
-                # the writer of step s - dq_buffers has read the buffer
-                yield ("sync", DQ_EMPTY_OF[(s + dq_buffers) % writers])
-                yield ("dq_store", (unit, s), s % dq_buffers)
-                yield ("arrive", DQ_FULL_OF[s % writers])
+                # the writer of step s - dq_buffers has read this warpgroup's half of the buffer
+                yield ("sync", dq_empty((s + dq_buffers) % writers, g))
+                yield ("dq_store", (unit, s), s % dq_buffers, g)
+                yield ("arrive", dq_full(s % writers, g))
                 yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
         yield ("sync", UNIT)                       # [C]
@@ -169,8 +193,8 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
 def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
     writers = writers or WRITERS
     actors = {"P": producer(units, q_stages),
-              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers),
-              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)}
+              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 0),
+              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 1)}
     for w in range(writers):
         actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers, writers)
     counts = dict(COUNTS)
@@ -363,20 +387,21 @@ def _interleave(cta, actors, rng, what):
             cta.in_flight.append(op[1])
         elif op[0] == "tma_land":
             pending[name] = op
-        elif op[0] == "dq_store":  # a math actor's half of step op[1]'s partial into buffer op[2]
-            held = cta.dq.get(op[2])
+        elif op[0] == "dq_store":  # math warpgroup op[3]'s half of step op[1]'s partial, buffer op[2]
+            half = op[2:4]
+            held = cta.dq.get(half)
             if held is not None and held[0] != op[1] and not held[2]:
-                raise AssertionError(f"{what}: {name} stores step {op[1]} into dQ buffer {op[2]} "
-                                     f"before step {held[0]}'s partial was read")
-            if held is None or held[0] != op[1]:
-                held = [op[1], 0, False]
-            held[1] += 1
-            cta.dq[op[2]] = held
-        elif op[0] == "dq_read":
-            held = cta.dq.get(op[2])
-            if held is None or held[0] != op[1] or held[1] != 2:
-                raise AssertionError(f"{what}: {name} reads dQ buffer {op[2]} for step {op[1]} "
-                                     f"holding {held}")
+                raise AssertionError(f"{what}: {name} stores step {op[1]} into dQ buffer half "
+                                     f"{half} before step {held[0]}'s half was read")
+            if held is not None and held[0] == op[1]:
+                raise AssertionError(f"{what}: {name} stores step {op[1]} into {half} twice")
+            cta.dq[half] = [op[1], 1, False]
+        elif op[0] == "dq_read":  # the writer reads warpgroup op[3]'s half of buffer op[2]
+            half = op[2:4]
+            held = cta.dq.get(half)
+            if held is None or held[0] != op[1] or held[2]:
+                raise AssertionError(f"{what}: {name} reads dQ buffer half {half} for step "
+                                     f"{op[1]} holding {held}")
             held[2] = True
         elif op[0] == "mb_arrive":
             if len(op) > 2 and cta.mbar[op[1]][2] != op[2]:

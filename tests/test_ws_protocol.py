@@ -7,7 +7,9 @@ persistent tile sequences); and the model does catch the mistakes the kernels' c
 (a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the wrong parity, a missing
 or an extra ping-pong hand-over, skipped steps without their turns, without their waits, or
 releasing a stage a turn early, a first computing turn without its V wait, a dQ buffer freed
-before its partial was read, the math waiting on the wrong writer's dQ-empty barrier). The model mirrors the kernel
+before its partial was read, the math waiting on the wrong writer's dQ-empty barrier or both
+math warpgroups on one warpgroup's dQ barriers, a writer reducing a warpgroup's half before it was
+stored). The model mirrors the kernel
 by hand; the GPU run (scripts/device_round.sh, stage checks) is what checks the kernel itself."""
 
 import importlib.util
@@ -97,17 +99,19 @@ def _broken_writer(model, free_before_read):
                 return
             for j in range(min(dq_buffers, steps)):
                 if (j + dq_buffers) % model.WRITERS == w:
-                    yield ("arrive", model.DQ_EMPTY_OF[w])
+                    for g in (0, 1):
+                        yield ("arrive", model.dq_empty(w, g))
             for s in range(w, steps, model.WRITERS):
-                yield ("sync", model.DQ_FULL_OF[w])
-                read = ("dq_read", (unit, s), s % dq_buffers)
-                if free_before_read:
-                    if s + dq_buffers < steps:
-                        yield ("arrive", model.DQ_EMPTY_OF[w])
-                    yield read
-                else:
-                    yield read
-                    yield ("arrive", model.DQ_EMPTY_OF[w])
+                for g in (0, 1):
+                    yield ("sync", model.dq_full(w, g))
+                    read = ("dq_read", (unit, s), s % dq_buffers, g)
+                    if free_before_read:
+                        if s + dq_buffers < steps:
+                            yield ("arrive", model.dq_empty(w, g))
+                        yield read
+                    else:
+                        yield read
+                        yield ("arrive", model.dq_empty(w, g))
             yield ("sync", model.UNIT)
     return writer
 
@@ -124,12 +128,47 @@ def _math_on_writer_0s_empty_barrier(model):
     """The math waits on writer 0's dQ-empty barrier before every store (one writer's protocol)."""
     correct = model.math
 
-    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
-        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers):
-            if op[0] == "sync" and op[1] in model.DQ_EMPTY_OF:
-                op = ("sync", model.DQ_EMPTY_OF[0])
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g):
+            if op[0] == "sync" and isinstance(op[1], tuple) and op[1][0] in model.DQ_EMPTY_OF:
+                op = ("sync", model.dq_empty(0, g))
             yield op
     return math
+
+
+def _math_on_warpgroup_0s_dq_barriers(model):
+    """Both math warpgroups hand their halves over on warpgroup 0's dQ barriers (the barriers of
+    the hand-off of the whole tile, with the per-warpgroup thread counts)."""
+    correct = model.math
+
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g):
+            if op[0] in ("sync", "arrive") and isinstance(op[1], tuple):
+                op = (op[0], (op[1][0], 0))
+            yield op
+    return math
+
+
+def _writer_taking_one_half(model):
+    """A writer that waits for warpgroup 0's half only and reduces the whole buffer (the
+    hand-off of the whole tile on one warpgroup's barrier)."""
+    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
+        for unit, steps in enumerate(units + [None]):
+            yield ("sync", model.UNIT)
+            if steps is None:
+                return
+            for j in range(min(dq_buffers, steps)):
+                if (j + dq_buffers) % model.WRITERS == w:
+                    for g in (0, 1):
+                        yield ("arrive", model.dq_empty(w, g))
+            for s in range(w, steps, model.WRITERS):
+                yield ("sync", model.dq_full(w, 0))
+                for g in (0, 1):
+                    yield ("dq_read", (unit, s), s % dq_buffers, g)
+                    if s + dq_buffers < steps:
+                        yield ("arrive", model.dq_empty(w, g))
+            yield ("sync", model.UNIT)
+    return writer
 
 
 def _producer_on_the_wrong_parity(model):
@@ -156,6 +195,9 @@ def _producer_on_the_wrong_parity(model):
     ("writer", _writer_freeing_before_the_read, 2),
     ("math", _math_on_writer_0s_empty_barrier, 1),
     ("math", _math_on_writer_0s_empty_barrier, 2),
+    ("math", _math_on_warpgroup_0s_dq_barriers, 1),
+    ("writer", _writer_taking_one_half, 1),
+    ("writer", _writer_taking_one_half, 2),
     ("producer", _producer_on_the_wrong_parity, 1)])
 def test_model_catches_protocol_mistakes(model, monkeypatch, role, broken, dq_buffers):
     monkeypatch.setattr(model, role, broken(model))

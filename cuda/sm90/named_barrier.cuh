@@ -26,20 +26,22 @@ namespace bwd {
 // The warp-specialized backward (bwd/kernel.cuh BwdWsKernel): a producer warp, two dQ writer
 // warps and two math warpgroups.
 enum WsBarrier : int {
-  kUnitBarrier = 1,     // producer warp + writer warps + math: a unit is published / finished
-  kPdSBarrier = 2,      // math: dS^T of this step is in shared memory
-  kdQFullBarrier = 3,   // math arrive, writer 0 sync: its step's dQ partial is in shared memory
-  kdQEmptyBarrier = 4,  // writer 0 arrive, math sync: the dQ buffer it read may be overwritten
-  kMathBarrier = 5,     // math only: unit fetch, single-buffered dS^T, GQA epilogue
-  kdQFullBarrier1 = 6,  // the same pair for dQ writer 1 (dq_writer.cuh: two writer warps)
-  kdQEmptyBarrier1 = 7,
+  kUnitBarrier = 1,  // producer warp + writer warps + math: a unit is published / finished
+  kPdSBarrier = 2,   // math: dS^T of this step is in shared memory
+  kMathBarrier = 3,  // math only: unit fetch, single-buffered dS^T, GQA epilogue
+  // Ids 4-11: the dQ hand-off (bwd/dq_writer.cuh), a full/empty pair per (writer w, math
+  // warpgroup g): dq_full_barrier(w, g), dq_empty_barrier(w, g).
+  kdQBarriers = 4,
 };
-// The full/empty barrier pair of dQ writer j.
-__device__ __forceinline__ int dq_full_barrier(int j) {
-  return j ? kdQFullBarrier1 : kdQFullBarrier;
+// Math warpgroup g arrives, writer w syncs: g's half of the writer's step's dQ partial is in shared
+// memory (kdQInStage: the whole partial of Q/dO stage w, both warpgroups arriving on g = 0's id).
+__device__ __forceinline__ int dq_full_barrier(int w, int g) {
+  return kdQBarriers + 4 * g + 2 * w;
 }
-__device__ __forceinline__ int dq_empty_barrier(int j) {
-  return j ? kdQEmptyBarrier1 : kdQEmptyBarrier;
+// Writer w arrives, math warpgroup g syncs: the writer has read g's half of the buffer, which may
+// be overwritten.
+__device__ __forceinline__ int dq_empty_barrier(int w, int g) {
+  return kdQBarriers + 4 * g + 2 * w + 1;
 }
 
 }  // namespace bwd

@@ -37,10 +37,14 @@ struct DqTicket {
 // Per unit the Scheduler publishes, writer w's steps' dQ partials into dq_accum (visit_m,
 // visit_ticket: the unit's visit order and tickets in shared memory): steps s with s % 2 == w, or
 // (kdQInStage) those in Q/dO stage w; with one writer (Traits::kdQWriters: the masked kernels)
-// every step. A step's partial lies in buffer s % kdQStages; the math stores step s once the
-// writer of step s - kdQStages has read that buffer (its dQ-empty barrier, or at the unit's start
-// the writer whose barrier the math's first waits name), so writer w arrives on
-// dq_empty_barrier(w) only (scripts/ws_protocol_model.py: one and two writers).
+// every step. A step's partial lies in buffer s % kdQStages, in two halves, one per math
+// warpgroup (Traits::dq_chunk), each handed over on its own barrier pair: math warpgroup g stores
+// its half of step s once the writer of step s - kdQStages has read g's half of that buffer (its
+// dQ-empty barrier for g, or at the unit's start the writer whose barriers the math's first waits
+// name), so writer w arrives on dq_empty_barrier(w, g) only. The writer reduces warpgroup 0's half,
+// then 1's, and releases the ticket once both are complete (scripts/ws_protocol_model.py: one and
+// two writers). kdQInStage: the whole partial of stage w on dq_full_barrier(w, 0), no dQ-empty
+// barrier (the writer frees the stage).
 template <class Traits_>
 struct WsDqWriter {
   using Traits = Traits_;
@@ -49,10 +53,11 @@ struct WsDqWriter {
                 "one writer, or writer w taking the steps of parity w (or of Q/dO stage w)");
   static_assert(kWriters == 2 || Traits::kdQStages == 1,
                 "one writer frees one buffer on its one dQ-empty barrier");
-  // The writer of step s, and the dQ-empty barrier the math waits on before storing step s.
+  // The writer of step s, and the dQ-empty barrier math warpgroup g waits on before storing its
+  // half of step s.
   __device__ __forceinline__ static int writer_of(int s) { return s % kWriters; }
-  __device__ __forceinline__ static int empty_barrier_before(int s) {
-    return dq_empty_barrier((s + Traits::kdQStages) % kWriters);  // the writer of s - kdQStages
+  __device__ __forceinline__ static int empty_barrier_before(int s, int g) {
+    return dq_empty_barrier((s + Traits::kdQStages) % kWriters, g);  // the writer of s - kdQStages
   }
   template <class Scheduler, class Storage>
   __device__ __forceinline__ static void run(const WsParams<Traits>& P, Storage& smem,
@@ -82,11 +87,12 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
   while (Scheduler::published(P, smem, &u)) {
     const int num_steps = u.num_steps;
     // The buffers are free for the unit's first steps (the previous unit's reductions were waited
-    // for): this writer frees those whose first step waits on its barrier.
+    // for): this writer frees those whose first step waits on its barriers.
     if constexpr (!Traits::kdQInStage) {
       for (int j = 0; j < Traits::kdQStages && j < num_steps; ++j) {
-        if (empty_barrier_before(j) == dq_empty_barrier(w)) {
-          named_barrier_arrive(dq_empty_barrier(w), Traits::kdQThreads);
+        if (writer_of(j + Traits::kdQStages) == w) {
+          named_barrier_arrive(dq_empty_barrier(w, 0), Traits::kdQThreads);
+          named_barrier_arrive(dq_empty_barrier(w, 1), Traits::kdQThreads);
         }
       }
     }
@@ -106,41 +112,56 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
         fence_async_global();  // the bulk reduction below is ordered after the acquire
       }
       __syncwarp();
-      const long long t_full = tracer.start();
-      // The math arrives on the barrier of the step's writer, or (kdQInStage) of its stage.
-      named_barrier_sync(dq_full_barrier(Traits::kdQInStage ? buf : w), Traits::kdQThreads);
-      tracer.stop(kTraceWriterWaitdQFull, t_full);
-      const long long t_reduce = tracer.start();
-      if (leader) {
-        float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
-                                  static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-        // The first contribution (ticket 0, dq_first_store) is stored: dq_accum was not zeroed.
-        const bool store = P.dq_first_store && visit_ticket[s] == 0;
-        auto put = [&](float* dst, const float* src, uint32_t bytes) JAX_DASH_INLINE {
-          if (store) {
-            bulk_store_f32(dst, src, bytes);
-          } else {
-            bulk_reduce_add_f32(dst, src, bytes);
-          }
-        };
-        if constexpr (Traits::kdQInStage) {
-          // The partial's first half lies in the stage's Q buffer, the second in its dO buffer.
-          constexpr uint32_t kHalf = Traits::kdQBytes / 2;
-          put(tile, reinterpret_cast<const float*>(smem.q[buf]), kHalf);
-          put(tile + Traits::kdQFloats / 2, reinterpret_cast<const float*>(smem.dout[buf]),
-              kHalf);
+      float* tile = dq_accum + (static_cast<int64_t>(u.head_linear) * rows_q +
+                                static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+      // The first contribution (ticket 0, dq_first_store) is stored: dq_accum was not zeroed.
+      const bool store = P.dq_first_store && visit_ticket[s] == 0;
+      // Half h of the partial (Traits::dq_chunk), the second half of the index range from src.
+      constexpr uint32_t kHalfBytes = Traits::kdQBytes / 2;
+      auto put_half = [&](int h, const float* src) JAX_DASH_INLINE {
+        float* dst = tile + h * (Traits::kdQFloats / 2);
+        if (store) {
+          bulk_store_f32(dst, src, kHalfBytes);
         } else {
-          put(tile, smem.dq[buf], Traits::kdQBytes);
+          bulk_reduce_add_f32(dst, src, kHalfBytes);
         }
-        bulk_commit_group();
-        bulk_wait_group_read_all();
-        // kdQInStage: the stage is read; the producer may load a later step's Q/dO into it.
-        if constexpr (Traits::kdQInStage) cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[buf]);
-      }
-      __syncwarp();
-      tracer.stop(kTraceWriterWaitReduce, t_reduce);
-      if (!Traits::kdQInStage && s + Traits::kdQStages < num_steps) {
-        named_barrier_arrive(dq_empty_barrier(w), Traits::kdQThreads);  // read: step s + kdQStages
+      };
+      if constexpr (Traits::kdQInStage) {
+        // The math arrives on its stage's barrier with the whole partial: its first half in the
+        // stage's Q buffer, the second in its dO buffer.
+        const long long t_full = tracer.start();
+        named_barrier_sync(dq_full_barrier(buf, 0), Traits::kdQThreads);
+        tracer.stop(kTraceWriterWaitdQFull, t_full);
+        const long long t_reduce = tracer.start();
+        if (leader) {
+          put_half(0, reinterpret_cast<const float*>(smem.q[buf]));
+          put_half(1, reinterpret_cast<const float*>(smem.dout[buf]));
+          bulk_commit_group();
+          bulk_wait_group_read_all();
+          // The stage is read; the producer may load a later step's Q/dO into it.
+          cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[buf]);
+        }
+        __syncwarp();
+        tracer.stop(kTraceWriterWaitReduce, t_reduce);
+      } else {
+        // Warpgroup g's half once g has stored it; g's half of the buffer is free for step
+        // s + kdQStages once read.
+        for (int g = 0; g < 2; ++g) {
+          const long long t_full = tracer.start();
+          named_barrier_sync(dq_full_barrier(w, g), Traits::kdQThreads);
+          tracer.stop(kTraceWriterWaitdQFull, t_full);
+          const long long t_reduce = tracer.start();
+          if (leader) {
+            put_half(g, smem.dq[buf] + g * (Traits::kdQFloats / 2));
+            bulk_commit_group();
+            bulk_wait_group_read_all();
+          }
+          __syncwarp();
+          tracer.stop(kTraceWriterWaitReduce, t_reduce);
+          if (s + Traits::kdQStages < num_steps) {
+            named_barrier_arrive(dq_empty_barrier(w, g), Traits::kdQThreads);
+          }
+        }
       }
       if (leader) {
         const long long t_complete = tracer.start();

@@ -9,11 +9,12 @@
 //             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
 //     warps 1-2  dQ WRITERS (warp 1 only in the masked kernels, Traits::kdQWriters): writer
 //             w = warp - 1 takes the steps s of a unit with s % 2 == w (with kdQInStage, those in
-//             Q/dO stage w), in visit order: waits for tile m's ticket, takes the step's dQ
-//             partial from shared memory (its dQFull barrier), reduce-adds it into dq_accum with
-//             one bulk asynchronous reduction (ticket 0 with dq_first_store: stores it with a bulk
-//             copy, dq_accum being unzeroed), frees the buffer once it has been read (its dQEmpty
-//             barrier), waits for the reduction to complete in global memory, then releases the
+//             Q/dO stage w), in visit order: waits for tile m's ticket, takes each math
+//             warpgroup's half of the step's dQ partial from shared memory (that warpgroup's dQFull
+//             barrier), reduce-adds it into dq_accum with a bulk asynchronous reduction (ticket 0
+//             with dq_first_store: stores it with a bulk copy, dq_accum being unzeroed), frees the
+//             half once it has been read (the warpgroup's dQEmpty barrier), waits for both
+//             reductions to complete in global memory, then releases the
 //             ticket: while one writer waits for its reduction and releases, the other takes the
 //             next step. Step s uses buffer s % kdQStages (two at head_dim 64).
 //             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
@@ -33,8 +34,9 @@
 // at a time, so the deadlock argument of cuda/schedule.h applies. Inside a CTA every wait points to an earlier step of the same unit.
 //
 // dq_accum is kept in "fragment order": the (Bm, d) tile of Q tile m is stored as the dQ
-// accumulator registers of the 256 math threads, 16-byte chunk k of thread t at float4 index
-// k * 256 + t. The bulk reduction then adds one contiguous block per step and the smem stores are
+// accumulator registers of the 256 math threads, one contiguous half per math warpgroup, 16-byte
+// chunk k of thread t at float4 index k * 128 + t % 128 of its half (Traits::dq_chunk). A bulk
+// reduction then adds one contiguous block per warpgroup and step, and the smem stores are
 // conflict-free; bwd_postprocess_dq_fragment_kernel maps it back to rows and columns.
 //
 // dV += P^T dO and dK += dS^T Q take their A operand from registers (stage S3: the 16-bit P^T and

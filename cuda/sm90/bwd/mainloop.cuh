@@ -460,25 +460,28 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         }
         fence_async_shared();  // generic smem stores -> the writer's bulk reductions
         // No q_empty arrival here: the writer frees the stage.
-        named_barrier_arrive(dq_full_barrier(stage), Traits::kdQThreads);
+        named_barrier_arrive(dq_full_barrier(stage, 0), Traits::kdQThreads);
       } else {
-      // Hand dQ to the writer: wait until it has read the previous step's partial, store this one
-      // in fragment order (16-byte chunk k of thread t at float4 k * 256 + t), publish.
-      // Buffer step % kdQStages, free once the writer of step - kdQStages has read it; then the
-      // writer of this step takes it (WsDqWriter: with two writer warps, by the step's parity).
+      // Hand this warpgroup's half of dQ to the writer: wait until it has read the half of the
+      // previous partial in the buffer, store this one in fragment order (Traits::dq_chunk),
+      // publish. Buffer step % kdQStages, free once the writer of step - kdQStages has read it;
+      // then the writer of this step takes it (WsDqWriter: with two writer warps, by the step's
+      // parity). Each warpgroup meets the writer on its own barriers: the two warpgroups meet
+      // once a step (kPdSBarrier), not again here.
       const int dq_buf = Traits::kdQStages == 1 ? 0 : step % Traits::kdQStages;
       const long long t_empty = tracer.start();
-      named_barrier_sync(DqWriter::empty_barrier_before(step), Traits::kdQThreads);
+      named_barrier_sync(DqWriter::empty_barrier_before(step, warpgroup), Traits::kdQThreads);
       tracer.stop(kTraceMathWaitdQEmpty, t_empty);
       float4* sdq = reinterpret_cast<float4*>(smem.dq[dq_buf]);
       if (dq_first) zero_plus_all(tdQrdQ);
       CUTE_UNROLL
-      for (int k = 0; k < Traits::kdQFloatsPerThread / 4; ++k) {
-        sdq[k * kMathThreads + tid] =
+      for (int k = 0; k < Traits::kdQChunks; ++k) {
+        sdq[Traits::dq_chunk(k, tid)] =
             make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       }
       fence_async_shared();  // generic smem stores -> the writer's bulk reduction
-      named_barrier_arrive(dq_full_barrier(DqWriter::writer_of(step)), Traits::kdQThreads);
+      named_barrier_arrive(dq_full_barrier(DqWriter::writer_of(step), warpgroup),
+                           Traits::kdQThreads);
 
       warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
       warpgroup_fence_operand(tdKrdK);

@@ -45,10 +45,10 @@ constexpr int dq_stage_pitch() {
 }
 
 // For the main kernel's fragment-order dq_accum (bwd/kernel.cuh): one CTA per
-// (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads the
-// 16-byte chunks k * 256 + t of the tile (coalesced, all before the first use) and finds each
-// value's (row, column) through the dQ MMA's thread slice, exactly as the math thread that stored
-// it. The value written is dq_accum * scale rounded once to the output dtype, in every path:
+// (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads
+// the 16-byte chunks Traits::dq_chunk(k, t) of the tile (coalesced, all before the first use) and
+// finds each value's (row, column) through the dQ MMA's thread slice, exactly as the math thread
+// that stored it. The value written is dq_accum * scale rounded once to the output dtype, in every path:
 // - 16-bit gradients with a 16-byte aligned dq (staged): the rounded pairs go into a shared-memory
 //   tile in row order, and the tile leaves in 16-byte chunks, whole rows at a time. Stored straight
 //   from the fragments, a warp's 4-byte stores left half-written 32-byte sectors over 8 rows, which
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kThreads = Traits::kMathThreads;
-  constexpr int kChunks = Traits::kdQFloatsPerThread / 4;  // 16-byte chunks a thread reads
+  constexpr int kChunks = Traits::kdQChunks;  // 16-byte chunks a thread reads
   constexpr int kPitch = dq_stage_pitch<kHeadDim>();
   static_assert(sizeof(Element) == 2 && kPitch % 16 == 0);
   __shared__ alignas(16) unsigned char stage[kBlockM * kPitch];
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(Traits::kMathThreads)
   float4 v[kChunks];
   CUTE_UNROLL
   for (int k = 0; k < kChunks; ++k) {
-    v[k] = unwritten ? make_float4(0.f, 0.f, 0.f, 0.f) : tile[k * kThreads + tid];
+    v[k] = unwritten ? make_float4(0.f, 0.f, 0.f, 0.f) : tile[Traits::dq_chunk(k, tid)];
   }
   if (staged) {
     CUTE_UNROLL

@@ -132,19 +132,21 @@ struct WsTraits {
   // Two dQ writer warps in the unmasked kernels (dq_writer.cuh), writer w taking the steps s of a
   // unit with s % 2 == w (with kdQInStage the steps in Q/dO stage w): each waits for its own
   // reductions to complete and releases their tickets while the other takes the next step. Writer
-  // w has its own dQ-full and dQ-empty barriers (named_barrier.cuh dq_full_barrier(w),
-  // dq_empty_barrier(w)). The masked kernels keep one: with two, their backward was 2-5% slower
+  // w has its own dQ-full and dQ-empty barriers (named_barrier.cuh dq_full_barrier(w, g),
+  // dq_empty_barrier(w, g)). The masked kernels keep one: with two, their backward was 2-5% slower
   // (H100, 16k tokens: sliding window and packed documents at head_dim 64, packed at 128;
   // maintainers/perf-notes.md, twentieth session, call 12).
   static constexpr int kdQWriters = kMask ? 1 : 2;
   // The unit barrier's threads: the producer warp, the writer warps, the math warpgroups.
   static constexpr int kUnitThreads = 32 * (1 + kdQWriters) + kMathThreads;
-  static constexpr int kdQThreads = 32 + kMathThreads;  // one writer warp + math
+  static constexpr bool kdQInStage = kSplitD;
+  // The threads of a dQ-full/dQ-empty barrier: one writer warp and the math warpgroup whose half
+  // of the partial it hands over, or (kdQInStage, one barrier per stage) both warpgroups.
+  static constexpr int kdQThreads = 32 + (kdQInStage ? kMathThreads : 128);
   static constexpr int kServiceRegisters = 24;
   static constexpr int kMathRegisters = 240;
   static_assert(kServiceRegisters * 128 + kMathRegisters * kMathThreads <= 65536,
                 "register file of one SM");
-  static constexpr bool kdQInStage = kSplitD;
   static constexpr int kStages = 2;  // Q/dO ring
 
   using BlockM = typename Base::BlockM;
@@ -189,6 +191,15 @@ struct WsTraits {
   static constexpr int kdQFloatsPerThread = kdQFloats / kMathThreads;
   static_assert(kdQFloatsPerThread % 4 == 0, "dQ goes to shared memory in 16-byte chunks");
   static constexpr uint32_t kdQBytes = kdQFloats * sizeof(float);
+  static constexpr int kdQChunks = kdQFloatsPerThread / 4;  // 16-byte chunks of a thread
+  // "Fragment order" of a dQ partial (its shared-memory buffer and its dq_accum tile): the float4
+  // index of chunk k of math thread t. Each warpgroup's chunks form one contiguous half, which it
+  // hands to the writer on its own barriers (thread-major inside: chunk k of thread t at
+  // k * 128 + t % 128 of the half); with kdQInStage, whose partial lies in a Q/dO stage and is
+  // handed over whole, k * kMathThreads + t (the first half of the index range in Q's buffer).
+  __host__ __device__ static constexpr int dq_chunk(int k, int t) {
+    return kdQInStage ? k * kMathThreads + t : (t / 128) * (kdQChunks * 128) + k * 128 + t % 128;
+  }
   static_assert(!kdQInStage || 2 * kBlockM * kHeadDim * sizeof(Element) == kdQBytes,
                 "kdQInStage: one stage's Q and dO hold exactly one dQ partial");
 

@@ -12,10 +12,11 @@ step's Q/dO stage once both warpgroups are done with it (a math barrier), hands 
 the stage's own dQ-full barrier, and the writer, not the math, frees the stage for the producer
 (q_empty, one arrival) once its bulk reduction has read the partial: no dQ-empty barrier.
 
-Outside dq_in_stage each math warpgroup hands its half of a step's dQ partial (its own 64 of the
-tile's rows of fragment chunks) to the step's writer on a dQ-full/dQ-empty barrier pair of its
-own (one writer + one warpgroup), as FlashAttention-3 does: the two warpgroups meet once a step
-(PDS), not again at the dQ buffer; the writer takes warpgroup 0's half, then warpgroup 1's.
+Outside dq_in_stage each math warpgroup hands its half of a step's dQ partial (the fragment chunks
+of its 128 threads) to the step's writer on a dQ-full/dQ-empty barrier pair of its own (one writer
++ one warpgroup), as FlashAttention-3 does: the two warpgroups meet once a step (PDS), not again at
+the dQ buffer. The writer starts each half's bulk reduction once its warpgroup has stored it
+(warpgroup 0's first), then frees warpgroup 0's half and 1's as their reads complete.
 
 Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels: W0 takes the
 even steps of a unit, or with dq_in_stage the steps of stage 0, W1 the others; the masked kernels
@@ -150,8 +151,9 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=N
             if s % writers != w:
                 continue
             for g in (0, 1):
-                yield ("sync", dq_full(w, g))      # warpgroup g stored its half of this step's dQ
-                yield ("dq_read", (unit, s), s % dq_buffers, g)  # bulk reduce; wait_group.read
+                yield ("sync", dq_full(w, g))      # warpgroup g stored its half: bulk reduce
+            for g in (0, 1):
+                yield ("dq_read", (unit, s), s % dq_buffers, g)  # wait_group.read 1, then 0
                 if s + dq_buffers < steps:
                     yield ("arrive", dq_empty(w, g))
             # wait_group 0; release the ticket

@@ -144,24 +144,28 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
         __syncwarp();
         tracer.stop(kTraceWriterWaitReduce, t_reduce);
       } else {
-        // Warpgroup g's half once g has stored it; g's half of the buffer is free for step
-        // s + kdQStages once read.
+        // Warpgroup g's half as its own bulk group once g has stored it, both halves in flight at
+        // once (waited for one at a time, the second half's reduction started only after the
+        // first's read, and the ticket's release came ~4% later at 1 x 32k: twenty-first session,
+        // call 1); g's half of the buffer is free for step s + kdQStages once read.
+        const bool frees = s + Traits::kdQStages < num_steps;
         for (int g = 0; g < 2; ++g) {
           const long long t_full = tracer.start();
           named_barrier_sync(dq_full_barrier(w, g), Traits::kdQThreads);
           tracer.stop(kTraceWriterWaitdQFull, t_full);
-          const long long t_reduce = tracer.start();
           if (leader) {
             put_half(g, smem.dq[buf] + g * (Traits::kdQFloats / 2));
             bulk_commit_group();
-            bulk_wait_group_read_all();
-          }
-          __syncwarp();
-          tracer.stop(kTraceWriterWaitReduce, t_reduce);
-          if (s + Traits::kdQStages < num_steps) {
-            named_barrier_arrive(dq_empty_barrier(w, g), Traits::kdQThreads);
           }
         }
+        const long long t_reduce = tracer.start();
+        if (leader) bulk_wait_group_read<1>();  // warpgroup 0's half
+        __syncwarp();
+        if (frees) named_barrier_arrive(dq_empty_barrier(w, 0), Traits::kdQThreads);
+        if (leader) bulk_wait_group_read<0>();  // warpgroup 1's half
+        __syncwarp();
+        if (frees) named_barrier_arrive(dq_empty_barrier(w, 1), Traits::kdQThreads);
+        tracer.stop(kTraceWriterWaitReduce, t_reduce);
       }
       if (leader) {
         const long long t_complete = tracer.start();

@@ -297,10 +297,17 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           tSrdP(i) = prob * (z_dp(i, tSrdP(i)) - s_dsum[c]) * (1.f - t * t);
         }
       } else {
+        // kEarlyStats: lse and dsum are read before the waits for S^T and dP^T, so that their
+        // shared-memory latency runs under the wgmmas (read after the waits, it stalled the
+        // loops' first instructions: ncu's short-scoreboard stalls at the exp loop's entry). At
+        // head_dim 64 (32 values each, not 16) the registers held across the waits add spills.
+        constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
+        float lse[kFrag];
+        float dsum[kFrag];
+        if constexpr (kEarlyStats) load_column_pairs(s_lse, tScS, lse);
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
-        float lse[kFrag];
-        load_column_pairs(s_lse, tScS, lse);
+        if constexpr (!kEarlyStats) load_column_pairs(s_lse, tScS, lse);
         // The mask test is per tile (need_mask), so the element loop has no branch in it: the
         // masked and the unmasked tile each get their own straight-line loop (the same
         // arithmetic).
@@ -335,10 +342,10 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
             tSrS(i) = exp2_ftz(fmaf(tSrS(i), scale_log2, -lse[i]));
           }
         }
+        if constexpr (kEarlyStats) load_column_pairs(s_dsum, tScS, dsum);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrdP);
-        float dsum[kFrag];
-        load_column_pairs(s_dsum, tScS, dsum);
+        if constexpr (!kEarlyStats) load_column_pairs(s_dsum, tScS, dsum);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrdP); ++i) {
           tSrdP(i) = tSrS(i) * (z_dp(i, tSrdP(i)) - dsum[i]);

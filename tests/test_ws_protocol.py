@@ -89,9 +89,11 @@ def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
     assert caught > 50
 
 
-def _broken_writer(model, free_before_read):
-    """A writer that frees its buffer after every step it read, its unit's last one included, or
-    (``free_before_read``) before the bulk reduction has read it."""
+def _broken_writer(model, mistake):
+    """A writer with one mistake: ``"last"`` frees its buffer after every step it read, its
+    unit's last one included; ``"early"`` frees a half before the bulk reduction has read it;
+    ``"one_half"`` waits for warpgroup 0's half only and reduces both (the hand-off of the whole
+    tile on one warpgroup's barrier)."""
     def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
         for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
@@ -103,25 +105,30 @@ def _broken_writer(model, free_before_read):
                         yield ("arrive", model.dq_empty(w, g))
             for s in range(w, steps, model.WRITERS):
                 for g in (0, 1):
-                    yield ("sync", model.dq_full(w, g))
+                    if mistake != "one_half" or g == 0:
+                        yield ("sync", model.dq_full(w, g))
                     read = ("dq_read", (unit, s), s % dq_buffers, g)
-                    if free_before_read:
-                        if s + dq_buffers < steps:
-                            yield ("arrive", model.dq_empty(w, g))
-                        yield read
-                    else:
-                        yield read
-                        yield ("arrive", model.dq_empty(w, g))
+                    free = ("arrive", model.dq_empty(w, g))
+                    frees = mistake == "last" or s + dq_buffers < steps
+                    if mistake == "early" and frees:
+                        yield free
+                    yield read
+                    if mistake != "early" and frees:
+                        yield free
             yield ("sync", model.UNIT)
     return writer
 
 
 def _writer_releasing_after_the_last_step(model):
-    return _broken_writer(model, free_before_read=False)
+    return _broken_writer(model, "last")
 
 
 def _writer_freeing_before_the_read(model):
-    return _broken_writer(model, free_before_read=True)
+    return _broken_writer(model, "early")
+
+
+def _writer_taking_one_half(model):
+    return _broken_writer(model, "one_half")
 
 
 def _math_on_writer_0s_empty_barrier(model):
@@ -147,28 +154,6 @@ def _math_on_warpgroup_0s_dq_barriers(model):
                 op = (op[0], (op[1][0], 0))
             yield op
     return math
-
-
-def _writer_taking_one_half(model):
-    """A writer that waits for warpgroup 0's half only and reduces the whole buffer (the
-    hand-off of the whole tile on one warpgroup's barrier)."""
-    def writer(units, w, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2):
-        for unit, steps in enumerate(units + [None]):
-            yield ("sync", model.UNIT)
-            if steps is None:
-                return
-            for j in range(min(dq_buffers, steps)):
-                if (j + dq_buffers) % model.WRITERS == w:
-                    for g in (0, 1):
-                        yield ("arrive", model.dq_empty(w, g))
-            for s in range(w, steps, model.WRITERS):
-                yield ("sync", model.dq_full(w, 0))
-                for g in (0, 1):
-                    yield ("dq_read", (unit, s), s % dq_buffers, g)
-                    if s + dq_buffers < steps:
-                        yield ("arrive", model.dq_empty(w, g))
-            yield ("sync", model.UNIT)
-    return writer
 
 
 def _producer_on_the_wrong_parity(model):

@@ -414,57 +414,37 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       } else {
         gemm_ss<true>(mma_dq, tdQrdS, tdQrKt, tdQrdQ);
         gemm_rs<false>(mma_dkv, tdKrdS, tdKrQt, tdKrdK);
-        if constexpr (Traits::kdQInStage) {
-          warpgroup_wait<0>();  // dV, dQ, dK: this warpgroup is done with the stage's Q and dO
-        } else {
-          warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
-        }
+        warpgroup_wait<1>();  // dV and dQ (wgmma groups complete in order); dK may still run
       }
       warpgroup_fence_operand(tdQrdQ);
       if constexpr (Traits::kdQInStage) {
         // Hand dQ to the writer in the step's own stage, once the other warpgroup's wgmmas are
-        // done with it too (fragment order as below: chunks k < half of each thread in Q's
-        // buffer, the rest in dO's). The writer frees the stage (q_empty) after reading it.
+        // done with it too (fragment order, Traits::dq_chunk: the first half of the chunks in
+        // Q's buffer, the rest in dO's). The writer frees the stage (q_empty) after reading it.
+        static_assert(Traits::kSplitD, "dQ goes into the stage only at head_dim 256 (kSplitD)");
         warpgroup_fence_operand(tdKrdK);
         warpgroup_fence_operand(tdVrdV);
         const long long t_stage = tracer.start();
         named_barrier_sync(kMathBarrier, kMathThreads);
         tracer.stop(kTraceMathWaitdQEmpty, t_stage);
-        constexpr int kChunks = Traits::kdQFloatsPerThread / 4;
-        float4* lo = reinterpret_cast<float4*>(smem.q[stage]);
-        float4* hi = reinterpret_cast<float4*>(smem.dout[stage]);
-        if constexpr (Traits::kSplitD) {
-          // Half h's 32 values are chunks 8h..8h+7 of the fragment: half 0 to Q's buffer, half 1
-          // to dO's.
-          Tensor tdQrdS_h = wg_dq_half.partition_fragment_A(sdS);
-          auto half = [&](const auto& tdQrKt_h, float4* dst) JAX_DASH_INLINE {
-            Tensor acc = partition_fragment_C(mma_dq_half, Shape<BlockM, _64>{});
-            static_assert(decltype(size(acc))::value * 2 == Traits::kdQFloatsPerThread);
-            gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(acc);
-            if (dq_first) zero_plus_all(acc);
-            CUTE_UNROLL
-            for (int k = 0; k < kChunks / 2; ++k) {
-              dst[k * kMathThreads + tid] =
-                  make_float4(acc(4 * k), acc(4 * k + 1), acc(4 * k + 2), acc(4 * k + 3));
-            }
-          };
-          half(tdQrKt0, lo);
-          half(tdQrKt1, hi);
-        } else {
-          if (dq_first) zero_plus_all(tdQrdQ);
+        // Half h's 32 values are chunks 8h..8h+7 of the fragment: half 0 to Q's buffer, half 1
+        // to dO's (chunk 8 + k at dq_chunk(8 + k, t) - half = dq_chunk(k, t) of dO's buffer).
+        Tensor tdQrdS_h = wg_dq_half.partition_fragment_A(sdS);
+        auto half = [&](const auto& tdQrKt_h, float4* dst) JAX_DASH_INLINE {
+          Tensor acc = partition_fragment_C(mma_dq_half, Shape<BlockM, _64>{});
+          static_assert(decltype(size(acc))::value * 2 == Traits::kdQFloatsPerThread);
+          gemm_ss<true>(mma_dq_half, tdQrdS_h, tdQrKt_h, acc);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc);
+          if (dq_first) zero_plus_all(acc);
           CUTE_UNROLL
-          for (int k = 0; k < kChunks; ++k) {
-            const float4 v = make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2),
-                                         tdQrdQ(4 * k + 3));
-            if (k < kChunks / 2) {
-              lo[k * kMathThreads + tid] = v;
-            } else {
-              hi[(k - kChunks / 2) * kMathThreads + tid] = v;
-            }
+          for (int k = 0; k < Traits::kdQChunks / 2; ++k) {
+            dst[Traits::dq_chunk(k, tid)] =
+                make_float4(acc(4 * k), acc(4 * k + 1), acc(4 * k + 2), acc(4 * k + 3));
           }
-        }
+        };
+        half(tdQrKt0, reinterpret_cast<float4*>(smem.q[stage]));
+        half(tdQrKt1, reinterpret_cast<float4*>(smem.dout[stage]));
         fence_async_shared();  // generic smem stores -> the writer's bulk reductions
         // No q_empty arrival here: the writer frees the stage.
         named_barrier_arrive(dq_full_barrier(stage, 0), Traits::kdQThreads);

@@ -20,9 +20,8 @@ the dQ buffer. The writer starts each half's bulk reduction once its warpgroup h
 
 Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels: W0 takes the
 even steps of a unit, or with dq_in_stage the steps of stage 0, W1 the others; the masked kernels
-run W0 alone), M0 and M1 (M2: the forward's third at
-head_dim 64) (the math warpgroups, each one actor: their
-threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
+run W0 alone), M0 and M1 (M2: the forward's third at head_dim 64) (the math warpgroups, each one
+actor: their threads run the same program). Named barriers count arrivals per generation (bar.sync waits for the
 generation it joined to complete, bar.arrive does not wait); an mbarrier counts arrivals per phase,
 and a wait on parity p passes once the phase of that parity has completed. Tickets are outside one
 CTA (the schedule simulator, jax_dash/schedules.py, covers them) and are not modelled.
@@ -73,7 +72,7 @@ class CTA:
             self.mbar[f"q_full{s}"] = [1, 0, 0]
             # one arrival per math actor (8 warps in the code), or (dq_in_stage) the writer's one
             self.mbar[f"q_empty{s}"] = [1 if dq_in_stage else 2, 0, 0]
-        # dQ buffers: the step whose partial each holds, how many math actors stored it, read yet
+        # dQ buffer halves, (buffer, warpgroup): [the step whose half it holds, read yet]
         self.dq = {}
 
     # named barriers
@@ -389,22 +388,22 @@ def _interleave(cta, actors, rng, what):
             cta.in_flight.append(op[1])
         elif op[0] == "tma_land":
             pending[name] = op
-        elif op[0] == "dq_store":  # math warpgroup op[3]'s half of step op[1]'s partial, buffer op[2]
+        elif op[0] == "dq_store":  # warpgroup op[3]'s half of step op[1]'s partial, buffer op[2]
             half = op[2:4]
             held = cta.dq.get(half)
-            if held is not None and held[0] != op[1] and not held[2]:
+            if held is not None and held[0] != op[1] and not held[1]:
                 raise AssertionError(f"{what}: {name} stores step {op[1]} into dQ buffer half "
                                      f"{half} before step {held[0]}'s half was read")
             if held is not None and held[0] == op[1]:
                 raise AssertionError(f"{what}: {name} stores step {op[1]} into {half} twice")
-            cta.dq[half] = [op[1], 1, False]
+            cta.dq[half] = [op[1], False]
         elif op[0] == "dq_read":  # the writer reads warpgroup op[3]'s half of buffer op[2]
             half = op[2:4]
             held = cta.dq.get(half)
-            if held is None or held[0] != op[1] or held[2]:
+            if held is None or held[0] != op[1] or held[1]:
                 raise AssertionError(f"{what}: {name} reads dQ buffer half {half} for step "
                                      f"{op[1]} holding {held}")
-            held[2] = True
+            held[1] = True
         elif op[0] == "mb_arrive":
             if len(op) > 2 and cta.mbar[op[1]][2] != op[2]:
                 raise AssertionError(f"{what}: {name}'s arrival on {op[1]} meant for phase {op[2]} "

@@ -14,9 +14,9 @@
 //             barrier), reduce-adds it into dq_accum with a bulk asynchronous reduction (ticket 0
 //             with dq_first_store: stores it with a bulk copy, dq_accum being unzeroed), frees the
 //             half once it has been read (the warpgroup's dQEmpty barrier), waits for both
-//             reductions to complete in global memory, then releases the
-//             ticket: while one writer waits for its reduction and releases, the other takes the
-//             next step. Step s uses buffer s % kdQStages (two at head_dim 64).
+//             reductions to complete in global memory, then releases the ticket: while one
+//             writer waits for its reductions and releases, the other takes the next step. Step s
+//             uses buffer s % kdQStages (two at head_dim 64).
 //             With kdQInStage (head_dim 256) the partial lies in the step's own Q/dO stage and
 //             the writer, once it has read it, frees the stage for the producer (q_empty).
 //     warp 3 (and warp 2 with one writer)  exits.

@@ -48,7 +48,8 @@ constexpr int dq_stage_pitch() {
 // (head, Q tile) (heads on grid x, which has room for batch * heads beyond 65535); thread t reads
 // the 16-byte chunks Traits::dq_chunk(k, t) of the tile (coalesced, all before the first use) and
 // finds each value's (row, column) through the dQ MMA's thread slice, exactly as the math thread
-// that stored it. The value written is dq_accum * scale rounded once to the output dtype, in every path:
+// that stored it. The value written is dq_accum * scale rounded once to the output dtype, in
+// every path:
 // - 16-bit gradients with a 16-byte aligned dq (staged): the rounded pairs go into a shared-memory
 //   tile in row order, and the tile leaves in 16-byte chunks, whole rows at a time. Stored straight
 //   from the fragments, a warp's 4-byte stores left half-written 32-byte sectors over 8 rows, which

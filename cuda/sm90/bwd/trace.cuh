@@ -8,7 +8,8 @@
 namespace jax_dash::sm90::bwd {
 
 // Opt-in per-role wait trace (tests/sm90_check.cu bench): clock64 cycles one representative thread
-// of each role spends waiting, summed per CTA (the writer slots over both dQ writer warps). The slots of CTA c are trace[c * kWsTraceSlots + i].
+// of each role spends waiting, summed per CTA (the writer slots over both dQ writer warps). The
+// slots of CTA c are trace[c * kWsTraceSlots + i].
 enum WsTraceSlot : int {
   kTraceMathWaitKV = 0,      // math: K/V of a unit landed
   kTraceMathWaitQ = 1,       // math: Q/dO/lse/dsum stage landed (producer late)

@@ -4,10 +4,11 @@
 //
 //   jax_dash_sm90_check            small cases: forward and backward against an fp64 host
 //                                  reference, poisoned outputs, bitwise repeatability
-//   jax_dash_sm90_check bench B S H Hkv D causal schedule iters
+//   jax_dash_sm90_check bench B S H Hkv D causal schedule iters [window_left]
 //                                  backward (and forward) of one bf16 problem, `iters` times, for a
 //                                  profiler; prints the mean time of each and the backward's
-//                                  per-role wait trace of one run
+//                                  per-role wait trace of one run (window_left: a sliding window
+//                                  of that many earlier keys, the masked kernels)
 //   jax_dash_sm90_check variants   the same bits from the forward kernels that promise them: ws,
 //                                  ws-persistent and ws-persistent-narrow (the same cases,
 //                                  compared bitwise)
@@ -936,8 +937,9 @@ void print_trace(const AttentionParams& p) {
 }
 
 int bench(int argc, char** argv) {
-  if (argc != 10) {
-    std::fprintf(stderr, "usage: %s bench B S H Hkv D causal(0/1) schedule iters\n", argv[0]);
+  if (argc != 10 && argc != 11) {
+    std::fprintf(stderr, "usage: %s bench B S H Hkv D causal(0/1) schedule iters [window_left]\n",
+                 argv[0]);
     return 2;
   }
   Case c{};
@@ -949,11 +951,13 @@ int bench(int argc, char** argv) {
   c.causal = std::atoi(argv[7]) != 0;
   c.dtype = DType::kBFloat16;
   const int iters = std::atoi(argv[9]);
+  if (argc == 11) c.window_left = std::atoll(argv[10]);
   if (!parse_schedule(argv[8], &c.schedule) || c.batch < 1 || c.seq_q < 1 || c.heads < 1 ||
       c.kv_heads < 1 || c.heads % c.kv_heads != 0 || (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) ||
-      iters < 1) {
+      iters < 1 || (argc == 11 && c.window_left < 0)) {
     std::fprintf(stderr, "bad arguments (schedule: ascending|descending|shift|symmetric_shift|"
-                         "atomic; head_dim 64, 128 or 256; heads a multiple of kv heads)\n");
+                         "atomic; head_dim 64, 128 or 256; heads a multiple of kv heads; "
+                         "window_left >= 0)\n");
     return 2;
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -978,12 +982,23 @@ int bench(int argc, char** argv) {
   float fwd_ms = 0, bwd_ms = 0;
   CHECK_CUDA(cudaEventElapsedTime(&fwd_ms, e0, e1));
   CHECK_CUDA(cudaEventElapsedTime(&bwd_ms, e1, e2));
-  const double flops = 4.0 * c.batch * c.heads * double(c.seq_q) * c.seq_kv * c.head_dim *
-                       (c.causal ? 0.5 : 1.0);
-  std::printf("bench B=%lld S=%lld H=%d Hkv=%d D=%d %s %s wave=%d: fwd %.3f ms (%.0f TFLOP/s), "
+  // Visible (query, key) pairs of one row and head: the benchmarks' convention (causal: half the
+  // square; a window: the band's pairs counted exactly).
+  double pairs = double(c.seq_q) * c.seq_kv * (c.causal ? 0.5 : 1.0);
+  if (c.window_left >= 0) {
+    pairs = 0;
+    for (int64_t i = 0; i < c.seq_q; ++i) {
+      const int64_t hi = c.causal ? std::min(i, c.seq_kv - 1) : c.seq_kv - 1;
+      pairs += double(std::max<int64_t>(0, hi - std::max<int64_t>(0, i - c.window_left) + 1));
+    }
+  }
+  const double flops = 4.0 * c.batch * c.heads * pairs * c.head_dim;
+  std::printf("bench B=%lld S=%lld H=%d Hkv=%d D=%d %s%s %s wave=%d: fwd %.3f ms (%.0f TFLOP/s), "
               "bwd %.3f ms (%.0f TFLOP/s)\n",
               static_cast<long long>(c.batch), static_cast<long long>(c.seq_q), c.heads,
-              c.kv_heads, c.head_dim, c.causal ? "causal" : "full", schedule_name(c.schedule),
+              c.kv_heads, c.head_dim, c.causal ? "causal" : "full",
+              c.window_left >= 0 ? (" window " + std::to_string(c.window_left)).c_str() : "",
+              schedule_name(c.schedule),
               p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
               2.5 * flops / (bwd_ms / iters) * 1e-9);
   print_trace(p);

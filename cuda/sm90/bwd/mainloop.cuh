@@ -377,6 +377,13 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       static_assert(decltype(size(tdVrP))::value == decltype(size(tSrS))::value);
       static_assert(decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
                     "each thread must own one 64-row accumulator");
+      // dV needs nothing from the other warpgroup: it is issued before the PdS barrier. With
+      // stmatrix stores (head_dim <= 128) after the dS^T stores, whose latency then runs under
+      // its issue instead of in the fence below (H100: 0.96-1.00x the time of dV first;
+      // twenty-second session, call 1); otherwise (the 32-bit stores at head_dim 256, not
+      // measured that way) and before a wait for the one dS^T buffer, first.
+      constexpr bool kDvFirst = Traits::kSplitD || Traits::kdSStages == 1;
+      if constexpr (kDvFirst) gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
       // With one dS^T buffer, the other warpgroup's dQ wgmma of the previous step may still read
       // it: wait until both warpgroups are past that step.
       if constexpr (Traits::kdSStages == 1) {
@@ -400,9 +407,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         // 64-bit arithmetic: 16 stores and ~60 address instructions a step.
         cute::copy(smem_copy_dS, thr_copy_dS.retile_S(rdS), thr_copy_dS.partition_D(sdSt));
       }
-      // dV needs nothing from the other warpgroup: issue it before the barrier, after the dS^T
-      // stores, whose latency then runs under its issue instead of in the fence below.
-      gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
+      if constexpr (!kDvFirst) gemm_rs<false>(mma_dkv, tdVrP, tdVrdOt, tdVrdV);
       fence_async_shared();  // generic smem stores -> wgmma reads
       const long long t_pds = tracer.start();
       named_barrier_sync(kPdSBarrier, kMathThreads);

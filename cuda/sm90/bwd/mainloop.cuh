@@ -261,10 +261,12 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       // issue, its loads queued behind the wgmmas' shared-memory operand reads (both SS: ~128 KB
       // a step for the two warpgroups) and came back only after dP^T's operands were read: the
       // exp loop's first FFMAs waited ~500 cycles a step on them (ncu, hd128 causal 2 x 8k;
-      // twenty-second session, call 3), where S^T alone was done long before. Not with dropout,
-      // whose keep bits are drawn during the issue (its step loop then spilled more).
+      // twenty-second session, call 3), where S^T alone was done long before: 2-3% faster at
+      // head_dim 128 (call 4). Not with dropout, whose keep bits are drawn during the issue (its
+      // step loop then spilled more), and not at head_dim 256 or in the masked kernels, where
+      // call 4 timed it 0.7% slower.
       constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
-      constexpr bool kLseFirst = kEarlyStats && !Traits::kDropout;
+      constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
       float lse[kFrag];
       if constexpr (kLseFirst) load_column_pairs(s_lse, tScS, lse);
       gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);

@@ -251,12 +251,27 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       Tensor sdOt = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQt{});
       Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);
       Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
-      gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
-      gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
-
       const float* s_lse = smem.lse_log2[stage];
       const float* s_dsum = smem.dsum[stage];
       constexpr int kFrag = decltype(size(tSrS))::value;
+      // kEarlyStats (head_dim >= 128; at 64, 32 values each, not 16, the registers held add
+      // spills): lse and dsum are read before the waits for S^T and dP^T, their shared-memory
+      // latency under the wgmmas (read after the waits, they stalled the loops' first
+      // instructions). kLseFirst: lse even before the two wgmmas are issued. Read after their
+      // issue, its loads queued behind the wgmmas' shared-memory operand reads (both SS: ~128 KB
+      // a step for the two warpgroups) and came back only after dP^T's operands were read: the
+      // exp loop's first FFMAs waited ~500 cycles a step on them (ncu, hd128 causal 2 x 8k;
+      // twenty-second session, call 3), where S^T alone was done long before: 2-3% faster at
+      // head_dim 128 (call 4). Not with dropout, whose keep bits are drawn during the issue (its
+      // step loop then spilled more), and not at head_dim 256 or in the masked kernels, where
+      // call 4 timed it 0.7% slower.
+      constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
+      constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
+      float lse[kFrag];
+      if constexpr (kLseFirst) load_column_pairs(s_lse, tScS, lse);
+      gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+      gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
+
       const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
       // kDropout: the step's keep bits, drawn while the two wgmmas run (they read no register
       // the Philox rounds write). keep(i): element i is kept; z_dp(i, x) is dP -> dP * Z.
@@ -297,14 +312,8 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
           tSrdP(i) = prob * (z_dp(i, tSrdP(i)) - s_dsum[c]) * (1.f - t * t);
         }
       } else {
-        // kEarlyStats: lse and dsum are read before the waits for S^T and dP^T, so that their
-        // shared-memory latency runs under the wgmmas (read after the waits, it stalled the
-        // loops' first instructions: ncu's short-scoreboard stalls at the exp loop's entry). At
-        // head_dim 64 (32 values each, not 16) the registers held across the waits add spills.
-        constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
-        float lse[kFrag];
         float dsum[kFrag];
-        if constexpr (kEarlyStats) load_column_pairs(s_lse, tScS, lse);
+        if constexpr (kEarlyStats && !kLseFirst) load_column_pairs(s_lse, tScS, lse);
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         if constexpr (!kEarlyStats) load_column_pairs(s_lse, tScS, lse);

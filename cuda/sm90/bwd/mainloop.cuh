@@ -144,7 +144,6 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
   Tensor tSrV = wg_sdp.partition_fragment_A(sV);
   Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);
 
-  Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});    // (MMA, MMA_M, MMA_N)
   Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});
   Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<BlockN, HeadDim>{});
@@ -156,6 +155,14 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
   const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
   const long long t_begin = tracer.start();
 
+  // kLseFirst: see the step loop. kNextS: each step's S^T is issued by the step before, behind
+  // its dK and before its dQ goes to the writer (the warps' ~600 cycles a step of dQ waits, stores
+  // and fences left the tensor cores idle once dK was done; twenty-third session); a unit's first
+  // at the unit's start. It waits for the next step's Q while this step's stage is still held, so
+  // it needs two Q/dO stages (scripts/ws_protocol_model.py, next_s).
+  constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
+  constexpr bool kNextS = !Traits::kMask && !Traits::kDropout && !Traits::kSplitD;
+  static_assert(!kNextS || Traits::kStages == 2, "kNextS: the next step's Q is in the other stage");
   Scheduler scheduler{P};
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring (and the dS^T buffers: its count)
   // K/V's one buffer: its phase is the parity of the loads waited for. Kept a count: as a
@@ -225,12 +232,29 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
     };
     clear(tdKrdK);
     clear(tdVrdV);
+    // S^T's accumulator (kNextS: in flight from one step into the next, never into the next unit).
+    Tensor tSrS = partition_fragment_C(mma_sdp, Shape<BlockN, BlockM>{});  // (MMA, MMA_M, MMA_N)
+    // kNextS: S^T of the step that takes Q/dO stage use `use`, once that stage is loaded.
+    auto issue_s = [&](const PipelineState<Traits::kStages>& use) JAX_DASH_INLINE {
+      const long long t_q = tracer.start();
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[use.index()], use.phase());
+      tracer.stop(kTraceMathWaitQ, t_q);
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q[use.index()]), typename Traits::SmemLayoutQ{});
+      gemm_ss<true>(mma_sdp, tSrK, wg_sdp.partition_fragment_B(sQ), tSrS);
+    };
     if (num_steps > 0) {
       const long long t0 = tracer.start();
       cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, kv_loads & 1);
       tracer.stop(kTraceMathWaitKV, t0);
       ++kv_loads;
       tracer.add(kTraceMathSteps, num_steps);
+      if constexpr (kNextS) {
+        // The unit's first S^T, after dK and dV are zeroed (left to the compiler, the zeroing
+        // moved past the issue, and ptxas serialized every wgmma of the kernel).
+        warpgroup_fence_operand(tdKrdK);
+        warpgroup_fence_operand(tdVrdV);
+        issue_s(q_pipe);
+      }
     }
     tracer.stop(kTraceMathUnitStart, t_unit);
     tracer.add(kTraceMathUnits, 1);
@@ -241,9 +265,11 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       const int m = visit_m[step];
       // This step's partial is stored, not added (WsParams::dq_first_store): as zero_plus(x).
       const bool dq_first = P.dq_first_store && visit_ticket[step] == 0;
-      const long long t_q = tracer.start();
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage], q_pipe.phase());
-      tracer.stop(kTraceMathWaitQ, t_q);
+      if constexpr (!kNextS) {
+        const long long t_q = tracer.start();
+        cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[stage], q_pipe.phase());
+        tracer.stop(kTraceMathWaitQ, t_q);
+      }
 
       Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
       Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
@@ -266,10 +292,17 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       // step loop then spilled more), and not at head_dim 256 or in the masked kernels, where
       // call 4 timed it 0.7% slower.
       constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
-      constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
       float lse[kFrag];
       if constexpr (kLseFirst) load_column_pairs(s_lse, tScS, lse);
-      gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+      if constexpr (kNextS) {
+        // S^T was issued before the previous step's dQ hand-off (or at the unit's start), and is
+        // waited for here, before dP^T's issue: waited for after it (below), ptxas cannot tell
+        // which wgmma the wait retires across the loop and serializes them all.
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+      } else {
+        gemm_ss<true>(mma_sdp, tSrK, tSrQ, tSrS);
+      }
       gemm_ss<true>(mma_sdp, tSrV, tSrdO, tSrdP);
 
       const int64_t q0 = static_cast<int64_t>(m) * kBlockM;
@@ -481,11 +514,21 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
         sdq[Traits::dq_chunk(k, tid)] =
             make_float4(tdQrdQ(4 * k), tdQrdQ(4 * k + 1), tdQrdQ(4 * k + 2), tdQrdQ(4 * k + 3));
       }
+      if constexpr (kNextS) {
+        // The next step's S^T, or at the unit's last step this step's again: ptxas serializes
+        // every wgmma unless each path into the loop's top has one S^T in flight. The repeat
+        // reads this step's stage, which the producer refills only for the next unit, after the
+        // unit barrier; it is waited for below the loop.
+        PipelineState<Traits::kStages> next = q_pipe;
+        if (step + 1 < num_steps) next.advance();
+        issue_s(next);
+      }
       fence_async_shared();  // generic smem stores -> the writer's bulk reduction
       named_barrier_arrive(dq_full_barrier(DqWriter::writer_of(step), warpgroup),
                            Traits::kdQThreads);
 
-      warpgroup_wait<0>();  // dV, dK: this step no longer reads Q/dO of this stage
+      // dV, dK: this step no longer reads Q/dO of this stage (the next step's S^T may run on).
+      warpgroup_wait<kNextS ? 1 : 0>();
       warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdVrdV);
       __syncwarp();
@@ -495,6 +538,8 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       }  // !kdQInStage
     }
 
+    // kNextS: the last step's repeated S^T (K's tile and the stage are reused after the barrier).
+    if constexpr (kNextS) warpgroup_wait<0>();
     const long long t_epilogue = tracer.start();
     Epilogue::store(P, smem, thr_dkv, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc);
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit

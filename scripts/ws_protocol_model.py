@@ -159,8 +159,12 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=N
         yield ("sync", UNIT)
 
 
-def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None, g=0):
-    """Math warpgroup g."""
+def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None, g=0,
+         next_s=False):
+    """Math warpgroup g. next_s (the unmasked kernels' kNextS, outside dq_in_stage): each step's
+    S^T is issued by the step before, after its dQ stores and before its dQ-full arrival, so the
+    wait for the next step's Q/dO stage comes while this step's stage is still held (the unit's
+    first at the unit's start; the last step waits on its own stage again, already full)."""
     writers = writers or WRITERS
     q_iter = 0
     kv_loads = 0
@@ -174,7 +178,8 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
             kv_loads += 1
         for s in range(steps):
             stage = q_iter % q_stages
-            yield ("mb_wait", f"q_full{stage}", (q_iter // q_stages) & 1)
+            if not next_s or s == 0:
+                yield ("mb_wait", f"q_full{stage}", (q_iter // q_stages) & 1)
             if ds_stages == 1:
                 yield ("sync", MATH)               # the other warpgroup is past its dQ wgmma
             yield ("sync", PDS)
@@ -185,24 +190,28 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
                 # the writer of step s - dq_buffers has read this warpgroup's half of the buffer
                 yield ("sync", dq_empty((s + dq_buffers) % writers, g))
                 yield ("dq_store", (unit, s), s % dq_buffers, g)
+                if next_s:  # the next step's S^T (the last step: its own again)
+                    nxt = q_iter + 1 if s + 1 < steps else q_iter
+                    yield ("mb_wait", f"q_full{nxt % q_stages}", (nxt // q_stages) & 1)
                 yield ("arrive", dq_full(s % writers, g))
                 yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
         yield ("sync", UNIT)                       # [C]
 
 
-def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None):
+def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None,
+        next_s=False):
     writers = writers or WRITERS
     actors = {"P": producer(units, q_stages),
-              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 0),
-              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 1)}
+              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 0, next_s),
+              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 1, next_s)}
     for w in range(writers):
         actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers, writers)
     counts = dict(COUNTS)
     counts[UNIT] = 3 + writers
     _interleave(CTA(counts, q_stages=q_stages, dq_in_stage=dq_in_stage), actors, rng,
                 f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage} "
-                f"dq_buffers {dq_buffers} writers {writers}")
+                f"dq_buffers {dq_buffers} writers {writers} next_s {next_s}")
 
 
 # ---- forward (cuda/sm90/fwd/): producer thread, two or three math warpgroups taking turns ----
@@ -440,16 +449,22 @@ def main():
         for ds_stages in ((args.ds_stages,) if args.ds_stages else (1, 2)):
             for dq_in_stage, dq_buffers in ((False, 1), (False, 2), (True, 1)):
                 for writers in ((2,) if dq_buffers == 2 else (1, 2)):  # kernels: 1 buffer with 1
-                    for _ in range(args.trials):
-                        units = [rng.choice((0, 0, 1, 2, 3, 5)) for _ in range(rng.randint(0, 6))]
-                        run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)
+                    # next_s: the unmasked kernels (two writers, two stages, not dq_in_stage)
+                    ok_next = writers == 2 and q_stages == 2 and not dq_in_stage
+                    for next_s in ((False, True) if ok_next else (False,)):
+                        for _ in range(args.trials):
+                            units = [rng.choice((0, 0, 1, 2, 3, 5))
+                                     for _ in range(rng.randint(0, 6))]
+                            run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers,
+                                next_s)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             n_end = rng.randint(0, 9)
             run_forward(n_end, rng, warpgroups, random_firsts(rng, n_end, warpgroups))
             run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups)
     print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
-          "buffers 1 or 2 or dQ in the stage, one or two dQ writer warps) setting, forward "
+          "buffers 1 or 2 or dQ in the stage, one or two dQ writer warps, S^T issued a step "
+          "ahead or not) setting, forward "
           f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
           "persistent tile sequences per warpgroup count (2, 3), each under a random "
           "interleaving: no deadlock, every barrier generation complete, every mbarrier arrival "

@@ -72,6 +72,27 @@ def test_protocol_never_deadlocks(model, ds_stages, q_stages, dq, slow):
         model.run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers)
 
 
+@pytest.mark.parametrize("slow", [None, "P", "W0", "W1", "M0", "M1"])
+@pytest.mark.parametrize("dq_buffers, ds_stages", [(1, 2), (2, 1)])  # head_dim 128, 64
+def test_protocol_with_s_a_step_ahead_never_deadlocks(model, dq_buffers, ds_stages, slow):
+    """The unmasked kernels' kNextS: the math waits for the next step's Q/dO stage before it
+    hands this step's dQ over and frees this step's stage."""
+    rng, sequences = _unit_sequences(7 + dq_buffers, 800 if slow is None else 150)
+    if slow is not None:
+        rng = _Starving(7 + dq_buffers, slow)
+    for units in sequences:
+        model.run(units, rng, ds_stages, 2, False, dq_buffers, 2, next_s=True)
+
+
+def test_model_catches_s_a_step_ahead_with_one_stage(model):
+    """With one Q/dO stage the next step's Q can only be loaded once this step frees the stage,
+    which kNextS does after waiting for that Q: every unit of two or more steps deadlocks (the
+    kernels assert two stages)."""
+    rng = random.Random(5)
+    with pytest.raises(model.Deadlock):
+        model.run([2], rng, 2, 1, False, 1, 2, next_s=True)
+
+
 def test_model_catches_one_dq_full_barrier_for_both_stages(model, monkeypatch):
     """With the dQ partial in the Q/dO stage and no dQ-empty barrier, the math can store step s+1
     before the writer has taken step s: one dQ-full barrier for both stages (both writers) would
@@ -135,8 +156,10 @@ def _math_on_writer_0s_empty_barrier(model):
     """The math waits on writer 0's dQ-empty barrier before every store (one writer's protocol)."""
     correct = model.math
 
-    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0):
-        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g):
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0,
+             next_s=False):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g,
+                          next_s):
             if op[0] == "sync" and isinstance(op[1], tuple) and op[1][0] in model.DQ_EMPTY_OF:
                 op = ("sync", model.dq_empty(0, g))
             yield op
@@ -148,8 +171,10 @@ def _math_on_warpgroup_0s_dq_barriers(model):
     the hand-off of the whole tile, with the per-warpgroup thread counts)."""
     correct = model.math
 
-    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0):
-        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g):
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0,
+             next_s=False):
+        for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g,
+                          next_s):
             if op[0] in ("sync", "arrive") and isinstance(op[1], tuple):
                 op = (op[0], (op[1][0], 0))
             yield op

@@ -157,8 +157,9 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
 
   // kLseFirst: see the step loop. kNextS: each step's S^T is issued by the step before, behind
   // its dK and before its dQ goes to the writer (the warps' ~600 cycles a step of dQ waits, stores
-  // and fences left the tensor cores idle once dK was done; twenty-third session); a unit's first
-  // at the unit's start. It waits for the next step's Q while this step's stage is still held, so
+  // and fences left the tensor cores idle once dK was done; H100: hd128 causal 2.5-5% faster,
+  // hd64 5%, same bits; maintainers/perf-notes.md, twenty-third session); a unit's first at the
+  // unit's start. It waits for the next step's Q while this step's stage is still held, so
   // it needs two Q/dO stages (scripts/ws_protocol_model.py, next_s).
   constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
   constexpr bool kNextS = !Traits::kMask && !Traits::kDropout && !Traits::kSplitD;

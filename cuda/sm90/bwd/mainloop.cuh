@@ -291,7 +291,8 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       // twenty-second session, call 3), where S^T alone was done long before: 2-3% faster at
       // head_dim 128 (call 4). Not with dropout, whose keep bits are drawn during the issue (its
       // step loop then spilled more), and not at head_dim 256 or in the masked kernels, where
-      // call 4 timed it 0.7% slower.
+      // call 4 timed it 0.7% slower. (With kNextS, S^T is already in flight from the step before:
+      // lse's loads come before dP^T's issue and the wait for S^T.)
       constexpr bool kEarlyStats = Traits::kHeadDim >= 128;
       float lse[kFrag];
       if constexpr (kLseFirst) load_column_pairs(s_lse, tScS, lse);

@@ -993,14 +993,20 @@ int bench(int argc, char** argv) {
     }
   }
   const double flops = 4.0 * c.batch * c.heads * pairs * c.head_dim;
+  // FNV-1a of the last backward's dQ, dK and dV bits: two builds' kernels (an A/B) compute the
+  // same bits where a deterministic schedule gives the same hash (atomic: differs run to run).
+  uint64_t bits_hash = 1469598103934665603ull;
+  for (const DeviceBuffer<uint16_t>* g : {&d.dq, &d.dk, &d.dv}) {
+    for (const uint16_t x : g->download()) bits_hash = (bits_hash ^ x) * 1099511628211ull;
+  }
   std::printf("bench B=%lld S=%lld H=%d Hkv=%d D=%d %s%s %s wave=%d: fwd %.3f ms (%.0f TFLOP/s), "
-              "bwd %.3f ms (%.0f TFLOP/s)\n",
+              "bwd %.3f ms (%.0f TFLOP/s), bits %016llx\n",
               static_cast<long long>(c.batch), static_cast<long long>(c.seq_q), c.heads,
               c.kv_heads, c.head_dim, c.causal ? "causal" : "full",
               c.window_left >= 0 ? (" window " + std::to_string(c.window_left)).c_str() : "",
               schedule_name(c.schedule),
               p.wave, fwd_ms / iters, flops / (fwd_ms / iters) * 1e-9, bwd_ms / iters,
-              2.5 * flops / (bwd_ms / iters) * 1e-9);
+              2.5 * flops / (bwd_ms / iters) * 1e-9, static_cast<unsigned long long>(bits_hash));
   print_trace(p);
   return 0;
 }

@@ -55,7 +55,7 @@ def dq_empty(w, g):
     return (DQ_EMPTY_OF[w], g)
 
 
-WRITERS = 2  # the unmasked kernels; the masked ones run one (WsTraits::kdQWriters)
+WRITERS = 2  # unmasked, window/lengths hd128 kernels; the other masked ones: 1 (kdQWriters)
 STAGES = 2  # the Q/dO ring (WsTraits::kStages; 1 was the first head_dim-256 kernel's, kept modelled)
 
 
@@ -268,9 +268,14 @@ def forward_producer(tiles, persistent=False):
         q_count += 1
 
 
-def forward_math(tiles, wg, warpgroups=2, persistent=False):
+def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+    """chain (persistent at head_dim 64, FwdMainloop::kChainTurns): the turns run on from tile to
+    tile (one opening arrive a CTA, every tile's last hand-over made, the first warpgroup taking
+    the last one after its last tile)."""
+    assert persistent or not chain
     last_wg = warpgroups - 1
     kv_base = q_count = 0
+    turns_begun = False
 
     def wait(name, it):
         mbar, phase = _stage(name, it)
@@ -280,15 +285,17 @@ def forward_math(tiles, wg, warpgroups=2, persistent=False):
         first = firsts[wg]
 
         def turn_end(turn, n_end=n_end):
-            if not (wg == last_wg and turn == n_end):  # the last warpgroup's last hand-over is skipped
+            # without chain, the last warpgroup's last hand-over is skipped
+            if chain or not (wg == last_wg and turn == n_end):
                 yield ("arrive", TURN[0 if wg == last_wg else wg + 1])
 
         def release_q_after(j, n_end=n_end, q_count=q_count):
             if persistent and j == n_end - 1:
                 yield ("mb_arrive", "q_empty", q_count)
 
-        if wg == last_wg and n_end > 0:
+        if wg == last_wg and n_end > 0 and not (chain and turns_begun):
             yield ("arrive", TURN[0])  # the first warpgroup goes first
+        turns_begun = turns_begun or n_end > 0
         if n_end > 0:
             yield ("mb_wait", "bar_q", q_count & 1)
             for t in range(first):  # skipped turns: the turn's waits, no wgmma
@@ -330,6 +337,8 @@ def forward_math(tiles, wg, warpgroups=2, persistent=False):
                 yield ("mb_arrive", *_stage("v_empty", kv_base + n_end - 1))
             kv_base += n_end
             q_count += 1
+    if chain and wg == 0 and turns_begun:
+        yield ("sync", TURN[0])  # the last warpgroup's hand-over after the last tile
 
 
 def run_forward(n_end, rng, warpgroups=2, firsts=None):
@@ -343,13 +352,13 @@ def tma_engine():
         yield ("tma_land",)
 
 
-def run_forward_tiles(tiles, rng, warpgroups=2, persistent=True):
+def run_forward_tiles(tiles, rng, warpgroups=2, persistent=True, chain=False):
     assert persistent or len(tiles) <= 1, "the one-tile kernel runs one tile"
     actors = {"P": forward_producer(tiles, persistent), "TMA": tma_engine()}
     for wg in range(warpgroups):
-        actors[f"M{wg}"] = forward_math(tiles, wg, warpgroups, persistent)
+        actors[f"M{wg}"] = forward_math(tiles, wg, warpgroups, persistent, chain)
     _interleave(ForwardCTA(warpgroups), actors, rng,
-                f"tiles {tiles}, {warpgroups} warpgroups, persistent {persistent}")
+                f"tiles {tiles}, {warpgroups} warpgroups, persistent {persistent}, chain {chain}")
 
 
 def random_firsts(rng, n_end, warpgroups):
@@ -462,12 +471,15 @@ def main():
         for _ in range(args.trials):
             n_end = rng.randint(0, 9)
             run_forward(n_end, rng, warpgroups, random_firsts(rng, n_end, warpgroups))
-            run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups)
+            for chain in (False, True):
+                run_forward_tiles(random_forward_tiles(rng, warpgroups), rng, warpgroups,
+                                  chain=chain)
     print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
           "buffers 1 or 2 or dQ in the stage, one or two dQ writer warps, S^T issued a step "
           "ahead or not) setting, forward "
           f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
-          "persistent tile sequences per warpgroup count (2, 3), each under a random "
+          "persistent tile sequences per warpgroup count (2, 3) and turn chaining (off, on), "
+          "each under a random "
           "interleaving: no deadlock, every barrier generation complete, every mbarrier arrival "
           "in its phase")
 

@@ -1,16 +1,17 @@
-"""The warp-specialized kernels' barrier protocols (cuda/sm90/bwd/ and cuda/sm90/fwd/),
-through their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or
-leaves a barrier generation half complete (backward: unit sequences with and without steps, one or
-two dS^T buffers, one or two dQ buffers or dQ in the Q/dO stage, two dQ writer warps taking turns;
-forward: 0-12 KV tiles, ping-pong turns, every combination of skipped steps,
-persistent tile sequences); and the model does catch the mistakes the kernels' comments warn about
-(a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the wrong parity, a missing
-or an extra ping-pong hand-over, skipped steps without their turns, without their waits, or
-releasing a stage a turn early, a first computing turn without its V wait, a dQ buffer freed
-before its partial was read, the math waiting on the wrong writer's dQ-empty barrier or both
-math warpgroups on one warpgroup's dQ barriers, a writer reducing a warpgroup's half before it was
-stored). The model mirrors the kernel
-by hand; the GPU run (scripts/device_round.sh, stage checks) is what checks the kernel itself."""
+"""The warp-specialized kernels' barrier protocols (cuda/sm90/bwd/ and cuda/sm90/fwd/), through
+their model in scripts/ws_protocol_model.py: no interleaving of the roles deadlocks or leaves a
+barrier generation half complete (backward: unit sequences with and without steps, one or two dS^T
+buffers, one or two dQ buffers or dQ in the Q/dO stage, two dQ writer warps taking turns; forward:
+0-12 KV tiles, ping-pong turns, every combination of skipped steps, persistent tile sequences, with
+the turns running on across tiles or not); and the model does catch the mistakes the kernels'
+comments warn about (a dQEmpty hand-over after a unit's last step, an empty-barrier wait on the
+wrong parity, a missing or an extra ping-pong hand-over (and, with the turns chained, an opening
+arrive per tile or no closing sync), skipped steps without their turns, without their waits, or
+releasing a stage a turn early, a first computing turn without its V wait, a dQ buffer freed before
+its partial was read, the math waiting on the wrong writer's dQ-empty barrier or both math
+warpgroups on one warpgroup's dQ barriers, a writer reducing a warpgroup's half before it was
+stored). The model mirrors the kernel by hand; the GPU run (scripts/device_round.sh, stage checks)
+is what checks the kernel itself."""
 
 import importlib.util
 import itertools
@@ -247,9 +248,9 @@ def test_forward_every_skip_combination(model, warpgroups, slow):
 def _first_turn_without_v_wait(original, model):
     """The first computing turn of a skipping warpgroup releasing V_{first-1}'s stage without
     waiting for that load (the tenth session's kernel)."""
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
         first = _first(tiles, wg)
-        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent), wg, model):
+        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent, chain), wg, model):
             if (0 < first and turns == first + 1 and op[0] == "mb_wait"
                     and op[1].startswith("bar_v")):
                 continue
@@ -273,16 +274,18 @@ def test_forward_first_computing_turn_needs_its_v_wait(model, monkeypatch):
     assert caught > 0
 
 
+@pytest.mark.parametrize("chain", [False, True])
 @pytest.mark.parametrize("slow", [None, "P", "M0", "M1", "M2", "TMA"])
 @pytest.mark.parametrize("warpgroups", [2, 3])
-def test_persistent_forward_tile_sequences(model, warpgroups, slow):
+def test_persistent_forward_tile_sequences(model, warpgroups, slow, chain):
     """The persistent kernel: 1-4 tiles a CTA, each with its own step count and skipped steps, the
-    stage ring and Q's barrier running on across them."""
+    stage ring and Q's barrier running on across them; with chain (head_dim 64) the turns too."""
     if slow == "M2" and warpgroups == 2:
         pytest.skip("no third warpgroup")
     rng = random.Random(17) if slow is None else _Starving(17, slow)
     for _ in range(800 if slow is None else 200):
-        model.run_forward_tiles(model.random_forward_tiles(rng, warpgroups), rng, warpgroups)
+        model.run_forward_tiles(model.random_forward_tiles(rng, warpgroups), rng, warpgroups,
+                                chain=chain)
 
 
 def _first_tile(tiles):
@@ -290,8 +293,8 @@ def _first_tile(tiles):
 
 
 def _math_without_the_first_hand_over(original, model):
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        ops = original(tiles, wg, warpgroups, persistent)
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        ops = original(tiles, wg, warpgroups, persistent, chain)
         if wg == warpgroups - 1 and _first_tile(tiles) > 0:
             next(ops)  # drop the initial arrive that lets the first warpgroup go first
         return ops
@@ -299,8 +302,8 @@ def _math_without_the_first_hand_over(original, model):
 
 
 def _math_handing_over_after_the_last_turn(original, model):
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        yield from original(tiles, wg, warpgroups, persistent)
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        yield from original(tiles, wg, warpgroups, persistent, chain)
         if wg == warpgroups - 1 and _first_tile(tiles) > 0:  # the hand-over the kernel skips
             yield ("arrive", model.TURN[0])
     return forward_math
@@ -308,8 +311,8 @@ def _math_handing_over_after_the_last_turn(original, model):
 
 def _math_handing_over_to_the_wrong_warpgroup(original, model):
     # two warpgroups' ping-pong rule (hand to wg ^ 1) kept with three
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        for op in original(tiles, wg, warpgroups, persistent):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        for op in original(tiles, wg, warpgroups, persistent, chain):
             if op[0] == "arrive" and wg == 0:
                 op = ("arrive", model.TURN[warpgroups - 1])
             yield op
@@ -333,6 +336,47 @@ def test_forward_model_catches_protocol_mistakes(model, monkeypatch, broken, war
     assert caught == 8
 
 
+def _persistent_opening_every_tile(original, model):
+    """The persistent kernel's turns running on from tile to tile, but the last warpgroup's
+    opening arrive still made for a second tile with steps (as when each tile started afresh);
+    made up front here: wherever it lands, the first warpgroup's turns see one arrive too many."""
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        ops = list(original(tiles, wg, warpgroups, persistent, chain))
+        if wg == warpgroups - 1 and sum(n_end > 0 for n_end, _ in tiles) > 1:
+            ops = [("arrive", model.TURN[0])] + ops
+        return iter(ops)
+    return forward_math
+
+
+def _persistent_without_the_closing_sync(original, model):
+    """The first warpgroup not taking the last warpgroup's hand-over after its last tile."""
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        ops = list(original(tiles, wg, warpgroups, persistent, chain))
+        if wg == 0 and ops and ops[-1] == ("sync", model.TURN[0]):
+            ops = ops[:-1]
+        return iter(ops)
+    return forward_math
+
+
+@pytest.mark.parametrize("broken", [_persistent_opening_every_tile,
+                                    _persistent_without_the_closing_sync])
+@pytest.mark.parametrize("warpgroups", [2, 3])
+def test_persistent_forward_model_catches_turn_chain_mistakes(model, monkeypatch, broken,
+                                                              warpgroups):
+    """With the turns running on across tiles (chain: one opening arrive per CTA, the last
+    hand-over of each tile made, the first warpgroup taking the last one after its last tile),
+    an opening arrive per tile, or no closing sync, is caught on two tiles with steps."""
+    monkeypatch.setattr(model, "forward_math", broken(model.forward_math, model))
+    caught = 0
+    for n_end in range(1, 7):
+        try:
+            model.run_forward_tiles([(n_end, (0,) * warpgroups), (3, (0,) * warpgroups)],
+                                    random.Random(n_end), warpgroups, chain=True)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught == 6
+
+
 def _first(tiles, wg):
     """The first step warpgroup wg computes in the first tile (0 without tiles)."""
     return tiles[0][1][wg] if tiles else 0
@@ -349,8 +393,8 @@ def _by_turn(ops, wg, model):
 
 def _skipping_without_turns(original, model):
     """A warpgroup that skips steps by leaving out their turns altogether."""
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
-        ops = original(tiles, wg, warpgroups, persistent)
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        ops = original(tiles, wg, warpgroups, persistent, chain)
         first = _first(tiles, wg)
         dropped = 0
         for op in ops:
@@ -367,9 +411,9 @@ def _skipping_without_turns(original, model):
 
 def _skipping_without_waits(original, model):
     """Skipped turns that release their stages without waiting for them to be loaded."""
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
         first = _first(tiles, wg)
-        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent), wg, model):
+        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent, chain), wg, model):
             if turns <= first and op[0] == "mb_wait" and op[1] != "bar_q":
                 continue
             yield op
@@ -378,9 +422,9 @@ def _skipping_without_waits(original, model):
 
 def _skipping_releasing_the_turns_own_v(original, model):
     """A skipped turn t that releases V_t (not V_{t-1}, as the computing turns do)."""
-    def forward_math(tiles, wg, warpgroups=2, persistent=False):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
         first = _first(tiles, wg)
-        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent), wg, model):
+        for turns, op in _by_turn(original(tiles, wg, warpgroups, persistent, chain), wg, model):
             if op == ("sync", model.TURN[wg]) and turns <= first:
                 yield op
                 yield ("mb_arrive", *model._stage("v_empty", turns - 1))

@@ -36,15 +36,15 @@ struct DqTicket {
 // ---- dQ writer warps ----------------------------------------------------------------------------
 // Per unit the Scheduler publishes, writer w's steps' dQ partials into dq_accum (visit_m,
 // visit_ticket: the unit's visit order and tickets in shared memory): steps s with s % 2 == w, or
-// (kdQInStage) those in Q/dO stage w; with one writer (Traits::kdQWriters: the masked kernels)
-// every step. A step's partial lies in buffer s % kdQStages, in two halves, one per math
-// warpgroup (Traits::dq_chunk), each handed over on its own barrier pair: math warpgroup g stores
-// its half of step s once the writer of step s - kdQStages has read g's half of that buffer (its
-// dQ-empty barrier for g, or at the unit's start the writer whose barriers the math's first waits
-// name), so writer w arrives on dq_empty_barrier(w, g) only. The writer reduces warpgroup 0's half,
-// then 1's, and releases the ticket once both are complete (scripts/ws_protocol_model.py: one and
-// two writers). kdQInStage: the whole partial of stage w on dq_full_barrier(w, 0), no dQ-empty
-// barrier (the writer frees the stage).
+// (kdQInStage) those in Q/dO stage w; with one writer (Traits::kdQWriters: the masked kernels but
+// the window/lengths one at head_dim 128) every step. A step's partial lies in buffer s %
+// kdQStages, in two halves, one per math warpgroup (Traits::dq_chunk), each handed over on its own
+// barrier pair: math warpgroup g stores its half of step s once the writer of step s - kdQStages
+// has read g's half of that buffer (its dQ-empty barrier for g, or at the unit's start the writer
+// whose barriers the math's first waits name), so writer w arrives on dq_empty_barrier(w, g) only.
+// The writer reduces warpgroup 0's half, then 1's, and releases the ticket once both are complete
+// (scripts/ws_protocol_model.py: one and two writers). kdQInStage: the whole partial of stage w on
+// dq_full_barrier(w, 0), no dQ-empty barrier (the writer frees the stage).
 template <class Traits_>
 struct WsDqWriter {
   using Traits = Traits_;

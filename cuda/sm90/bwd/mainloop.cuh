@@ -160,9 +160,11 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
   // and fences left the tensor cores idle once dK was done; H100: hd128 causal 2.5-5% faster,
   // hd64 5%, same bits; maintainers/perf-notes.md, twenty-third session); a unit's first at the
   // unit's start. It waits for the next step's Q while this step's stage is still held, so
-  // it needs two Q/dO stages (scripts/ws_protocol_model.py, next_s).
+  // it needs two Q/dO stages (scripts/ws_protocol_model.py, next_s). Also in the window/lengths
+  // kernel at head_dim 128 (Traits::kBandStep).
   constexpr bool kLseFirst = Traits::kHeadDim == 128 && !Traits::kMask && !Traits::kDropout;
-  constexpr bool kNextS = !Traits::kMask && !Traits::kDropout && !Traits::kSplitD;
+  constexpr bool kNextS =
+      (!Traits::kMask && !Traits::kDropout && !Traits::kSplitD) || Traits::kBandStep;
   static_assert(!kNextS || Traits::kStages == 2, "kNextS: the next step's Q is in the other stage");
   Scheduler scheduler{P};
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring (and the dS^T buffers: its count)

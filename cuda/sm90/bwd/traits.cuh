@@ -114,6 +114,12 @@ struct WsTraits {
   static constexpr bool kMask = kMask_;
   static constexpr bool kDropout = kDropout_;
   static constexpr bool kAllMasks = kMask_ && kAllMasks_;
+  // The window/lengths kernel without dropout at head_dim 128 runs the unmasked kernel's step:
+  // two dQ writers (below) and S^T a step ahead (mainloop.cuh kNextS). H100 driver, window 4096,
+  // causal: backward 4.4-5.2% faster than with one writer and S^T in its step, same bits; at
+  // head_dim 64 the same was 1-2% slower, S^T a step ahead alone 2.5-3.9% slower (its step loop
+  // spills more), so it stays as it was (maintainers/perf-notes.md, twenty-fourth session).
+  static constexpr bool kBandStep = kMask_ && !kAllMasks && !kDropout_ && kHeadDim_ == 128;
   // dQ buffers between the math warpgroups and the writer: with two the math may run two steps
   // ahead of the writer (the second buffer's 32 KB come from the dS^T double buffer, see
   // kdSStages). Two at head_dim 64: 5.0-7.2% fewer cycles per step than one (H100, 2k-16k,
@@ -133,10 +139,10 @@ struct WsTraits {
   // unit with s % 2 == w (with kdQInStage the steps in Q/dO stage w): each waits for its own
   // reductions to complete and releases their tickets while the other takes the next step. Writer
   // w has its own dQ-full and dQ-empty barriers (named_barrier.cuh dq_full_barrier(w, g),
-  // dq_empty_barrier(w, g)). The masked kernels keep one: with two, their backward was 2-5% slower
-  // (H100, 16k tokens: sliding window and packed documents at head_dim 64, packed at 128;
-  // maintainers/perf-notes.md, twentieth session, call 12).
-  static constexpr int kdQWriters = kMask ? 1 : 2;
+  // dq_empty_barrier(w, g)). The masked kernels keep one (but kBandStep): with two, their
+  // backward was 2-5% slower (H100, 16k tokens: sliding window and packed documents at head_dim
+  // 64, packed at 128; maintainers/perf-notes.md, twentieth session, call 12).
+  static constexpr int kdQWriters = !kMask || kBandStep ? 2 : 1;
   // The unit barrier's threads: the producer warp, the writer warps, the math warpgroups.
   static constexpr int kUnitThreads = 32 * (1 + kdQWriters) + kMathThreads;
   static constexpr bool kdQInStage = kSplitD;

@@ -54,6 +54,10 @@ struct FwdMainloop {
   static_assert(!kPersistent || !kMask, "the persistent loop is written for the unmasked kernel");
   static_assert(!kSegments || kMask, "segment ids are part of the mask policy");
   static_assert(!kDropout || !kPersistent, "dropout is instantiated in the one-tile kernels");
+  // The persistent kernel's turns run on across tiles at head_dim 64 (see the turn-taking in run):
+  // H100 driver forward 0.8-5.6% faster there (causal 512-1k -5..-6%), 0.3-0.8% slower at 128
+  // (maintainers/perf-notes.md, twenty-fourth session, call 1).
+  static constexpr bool kChainTurns = kPersistent && Traits::HeadDim::value == 64;
   using Producer = FwdProducer<Traits, kPersistent, kSegments>;
   using KvRange = FwdKvRange<Traits, kMask, kSegments>;
 
@@ -128,6 +132,8 @@ struct FwdMainloop {
     [[maybe_unused]] const auto dropout = load_fwd_dropout<kDropout>(p);
     KvPipelineState kv_pipe;
     QPipelineState q_pipe;
+    // kChainTurns: whether this CTA has taken turns yet (they then run on from tile to tile).
+    bool turns_begun = false;
     scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
       const FwdTile tile = kv_range.tile(coord);
       const int n_hi = tile.n_hi, n_end = tile.n_end;
@@ -136,20 +142,27 @@ struct FwdMainloop {
       // Turn-taking (ping-pong with two warpgroups, round robin with three): each math warpgroup
       // has n_end + 1 turns (prologue, n_end - 1 iterations, epilogue). The first warpgroup goes
       // first (the last one's opening arrive); the last one's final hand-over is skipped so that
-      // every arrive meets a sync (so the turns of each tile balance and the next tile starts
-      // afresh). Modelled in scripts/ws_protocol_model.py (forward, 2 and 3 warpgroups).
+      // every arrive meets a sync, and each tile starts afresh. kChainTurns: the turns run on from
+      // tile to tile instead: the last warpgroup's final hand-over lets the first one issue the
+      // next tile's first S while the others finish this tile (normalisation, epilogue), where a
+      // fresh start had it wait for the last one's epilogue; the opening arrive comes once a CTA,
+      // and the first warpgroup takes the last hand-over after its last tile. Modelled in
+      // scripts/ws_protocol_model.py (forward, 2 and 3 warpgroups, chain).
       constexpr int kLastWg = Traits::kWarpgroups - 1;
       const int last_turn = n_end;
       auto turn_begin = [&]() JAX_DASH_INLINE {
         named_barrier_sync(kTurnBarrier + math_wg, kTurnThreads);
       };
       auto turn_end = [&](int turn) JAX_DASH_INLINE {
-        if (!(math_wg == kLastWg && turn == last_turn)) {
+        if (kChainTurns || !(math_wg == kLastWg && turn == last_turn)) {
           const int next = math_wg == kLastWg ? 0 : math_wg + 1;
           named_barrier_arrive(kTurnBarrier + next, kTurnThreads);
         }
       };
-      if (math_wg == kLastWg && n_end > 0) named_barrier_arrive(kTurnBarrier, kTurnThreads);
+      if (math_wg == kLastWg && n_end > 0 && !(kChainTurns && turns_begun)) {
+        named_barrier_arrive(kTurnBarrier, kTurnThreads);
+      }
+      if (n_end > 0) turns_begun = true;
       // kPersistent: Q is free for the next tile's load once this warp's last S = Q K^T is
       // complete.
       auto release_q_after = [&](int j) JAX_DASH_INLINE {
@@ -360,6 +373,10 @@ struct FwdMainloop {
         q_pipe.advance();
       }
     });
+    // kChainTurns: the last warpgroup's hand-over after its last tile.
+    if (kChainTurns && math_wg == 0 && turns_begun) {
+      named_barrier_sync(kTurnBarrier, kTurnThreads);
+    }
     Epilogue::finish(math_tid);
   }
 };

@@ -99,9 +99,17 @@ struct FwdMainloop {
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(math_tid);
     auto thr_pv = mma_pv.get_thread_slice(math_tid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors
-    Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA,MMA_N,MMA_K,STAGES)
-    Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGES)
+    // The shared-memory operands' descriptors depend on the warpgroup only: partitioned by the
+    // warp-uniform math_wg, so that ptxas keeps them in uniform registers. Partitioned by the
+    // thread (as the accumulators are), Q's descriptor lived in vector registers and each HGMMA of
+    // S = Q K^T waited behind two R2UR and their arithmetic (~6% of the kernel's instructions, on
+    // the path that holds the other warpgroup's turn; H100 ncu, hd128 causal 8 x 2k, twenty-fourth
+    // session call 4).
+    auto wg_qk = mma_qk.get_thread_slice(math_wg * kThreadsPerWarpgroup);
+    auto wg_pv = mma_pv.get_thread_slice(math_wg * kThreadsPerWarpgroup);
+    Tensor tSrQ = wg_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors
+    Tensor tSrK = wg_qk.partition_fragment_B(sK);    // (MMA,MMA_N,MMA_K,STAGES)
+    Tensor tOrVt = wg_pv.partition_fragment_B(sVt);  // (MMA,MMA_N,MMA_K,STAGES)
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<BlockM, BlockN>{});   // (MMA,MMA_M,MMA_N) fp32
     Tensor tOrO = partition_fragment_C(mma_pv, Shape<BlockM, HeadDim>{});  // (MMA,MMA_M,MMA_N) fp32
     // Coordinates of S and of O.

@@ -102,9 +102,9 @@ struct FwdMainloop {
     // The shared-memory operands' descriptors depend on the warpgroup only: partitioned by the
     // warp-uniform math_wg, so that ptxas keeps them in uniform registers. Partitioned by the
     // thread (as the accumulators are), Q's descriptor lived in vector registers and each HGMMA of
-    // S = Q K^T waited behind two R2UR and their arithmetic (~6% of the kernel's instructions, on
-    // the path that holds the other warpgroup's turn; H100 ncu, hd128 causal 8 x 2k, twenty-fourth
-    // session call 4).
+    // S = Q K^T waited behind two R2UR and their arithmetic, on the path that holds the other
+    // warpgroup's turn (H100, hd128 causal 8 x 2k: 3.4% fewer instructions without; driver forward
+    // 0.6-1.8% faster; maintainers/perf-notes.md, twenty-fourth session, calls 4 and 6).
     auto wg_qk = mma_qk.get_thread_slice(math_wg * kThreadsPerWarpgroup);
     auto wg_pv = mma_pv.get_thread_slice(math_wg * kThreadsPerWarpgroup);
     Tensor tSrQ = wg_qk.partition_fragment_A(sQ);    // (MMA,MMA_M,MMA_K) descriptors

@@ -18,14 +18,14 @@ of its 128 threads) to the step's writer on a dQ-full/dQ-empty barrier pair of i
 the dQ buffer. The writer starts each half's bulk reduction once its warpgroup has stored it
 (warpgroup 0's first), then frees warpgroup 0's half and 1's as their reads complete.
 
-Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels: W0 takes the
-even steps of a unit, or with dq_in_stage the steps of stage 0, W1 the others; the masked kernels
-run W0 alone), M0 and M1 (M2: the forward's third at head_dim 64) (the math warpgroups, each one
-actor: their threads run the same program). Named barriers count arrivals per generation
-(bar.sync waits for the generation it joined to complete, bar.arrive does not wait); an mbarrier
-counts arrivals per phase, and a wait on parity p passes once the phase of that parity has
-completed. Tickets are outside one
-CTA (the schedule simulator, jax_dash/schedules.py, covers them) and are not modelled.
+Roles: P (producer warp), W0 and W1 (the two dQ writer warps of the unmasked kernels and the
+window/lengths kernel at head_dim 128: W0 takes the even steps of a unit, or with dq_in_stage the
+steps of stage 0, W1 the others; the other masked kernels run W0 alone), M0 and M1 (M2: the
+forward's third at head_dim 64) (the math warpgroups, each one actor: their threads run the same
+program). Named barriers count arrivals per generation (bar.sync waits for the generation it joined
+to complete, bar.arrive does not wait); an mbarrier counts arrivals per phase, and a wait on parity
+p passes once the phase of that parity has completed. Tickets are outside one CTA (the schedule
+simulator, jax_dash/schedules.py, covers them) and are not modelled.
 """
 
 from __future__ import annotations

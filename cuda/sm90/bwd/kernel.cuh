@@ -8,9 +8,9 @@
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
 //             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
 //     warps 1-2  dQ WRITERS (warp 1 only in the masked kernels but the window/lengths one at
-//             head_dim 128, Traits::kdQWriters): writer
-//             w = warp - 1 takes the steps s of a unit with s % 2 == w (with kdQInStage, those in
-//             Q/dO stage w), in visit order: waits for tile m's ticket, takes each math
+//             head_dim 128, Traits::kdQWriters): writer w = warp - 1 takes the steps s of a
+//             unit with s % 2 == w (with kdQInStage, those in Q/dO stage w), in visit order:
+//             waits for tile m's ticket, takes each math
 //             warpgroup's half of the step's dQ partial from shared memory (that warpgroup's dQFull
 //             barrier), reduce-adds it into dq_accum with a bulk asynchronous reduction (ticket 0
 //             with dq_first_store: stores it with a bulk copy, dq_accum being unzeroed), frees the

@@ -12,8 +12,8 @@ namespace jax_dash::sm90 {
 
 // Which kernels run is read from the environment at each call:
 //   JAX_DASH_SM90_FWD  unset or empty (the default): ws-persistent up to 4096 keys at head_dim
-//                      64 and 128 (ws-persistent-narrow for causal calls of up to 1024 keys at
-//                      64), ws otherwise;
+//                      64 and 8192 at 128 (ws-persistent-narrow for causal calls of up to 1024
+//                      keys at 64), ws otherwise;
 //                      ws: producer warpgroup, ping-pong math warpgroups, one query tile per CTA;
 //                      ws-persistent: the same looping over tiles (one CTA per SM);
 //                      ws-persistent-narrow: ws-persistent with 128-row query tiles at head_dim 64.

@@ -62,6 +62,17 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   // where the snake order of single tiles left hd128 causal 4k ~18% above the ideal in a model
   // (scripts/fwd_tile_balance.py).
   p.pair_causal = kPersistent && ap.is_causal && Traits::kBlockM % Traits::kBlockN == 0;
+  // The tile order's divisors (FwdTileOrder, in 32 bits: the slots must stay below 2^31).
+  const int64_t heads_total = int64_t(ap.num_heads) * batch;
+  const int64_t per_head = p.pair_causal ? 2 * ceil_div(int64_t(p.num_m_blocks), int64_t(2))
+                                         : int64_t(p.num_m_blocks);
+  if (per_head * heads_total > int64_t(INT32_MAX)) return cudaErrorInvalidConfiguration;
+  p.group_tiles_div = cutlass::FastDivmod(static_cast<int>(per_head * p.group_heads));
+  p.group_size_div = cutlass::FastDivmod(p.group_heads);
+  const int64_t last_group = heads_total % p.group_heads;
+  p.last_group_size_div =
+      cutlass::FastDivmod(static_cast<int>(last_group > 0 ? last_group : p.group_heads));
+  p.heads_div = cutlass::FastDivmod(ap.num_heads);
   p.scale = ap.scale_ptr;
   p.is_causal = ap.is_causal;
   p.out = ap.out;

@@ -30,43 +30,44 @@ struct TileCoord {
 template <class Params>
 struct FwdTileOrder {
   const Params& p;
-  int64_t heads_total;
+  int heads_total;
   bool pairs;
-  int pair_slots;     // pairs: slots per head (an odd count of query tiles leaves one empty)
-  int64_t num_slots;  // tiles, or with pairs slots, of the whole grid
+  int pair_slots;  // pairs: slots per head (an odd count of query tiles leaves one empty)
+  int num_slots;   // tiles, or with pairs slots, of the whole grid (< 2^31: launch_fwd)
 
   __device__ FwdTileOrder(const Params& params, bool persistent) : p(params) {
-    heads_total = int64_t(p.num_heads) * p.batch;
-    const int64_t num_tiles = int64_t(p.num_m_blocks) * heads_total;
+    heads_total = p.num_heads * p.batch;
     pairs = persistent && p.pair_causal;
     pair_slots = 2 * ((p.num_m_blocks + 1) / 2);
-    num_slots = pairs ? int64_t(pair_slots) * heads_total : num_tiles;
+    num_slots = (pairs ? pair_slots : p.num_m_blocks) * heads_total;
   }
 
-  __device__ __forceinline__ TileCoord at(int64_t slot) const {
+  // Every division by a size of the call goes through the host's multiply-and-shift pairs
+  // (Params): the 64-bit divisions they replace were a chain of ~90 instructions at the start of
+  // every tile, ahead of the last warpgroup's opening turn (H100 ncu, hd128 causal 8 x 2k;
+  // twenty-fifth session).
+  __device__ __forceinline__ TileCoord at(int slot) const {
     TileCoord c;
-    const int per_head = pairs ? pair_slots : p.num_m_blocks;
-    const int64_t group_tiles = int64_t(p.group_heads) * per_head;
-    const int64_t group = slot / group_tiles;
-    const int64_t in_group = slot - group * group_tiles;
-    const int64_t first_head = group * p.group_heads;
-    const int64_t group_size = min(int64_t(p.group_heads), heads_total - first_head);
+    int group, in_group;
+    p.group_tiles_div(group, in_group, slot);
+    const int first_head = group * p.group_heads;
+    // The last group may hold fewer heads than group_heads.
+    const bool last_group = heads_total - first_head < p.group_heads;
+    const cutlass::FastDivmod& group_size_div =
+        last_group ? p.last_group_size_div : p.group_size_div;
     c.empty = false;
-    int64_t bh;
+    int rank, head_in_group;
     if (pairs) {
-      const int64_t pair = in_group / 2;
-      const int k = int(pair / group_size);
-      const int heavy = p.num_m_blocks - 1 - k;
-      bh = first_head + pair % group_size;
-      c.m_block = in_group % 2 == 0 ? heavy : k;
-      c.empty = in_group % 2 == 1 && k >= heavy;
+      group_size_div(rank, head_in_group, in_group / 2);
+      const int heavy = p.num_m_blocks - 1 - rank;
+      c.m_block = in_group % 2 == 0 ? heavy : rank;
+      c.empty = in_group % 2 == 1 && rank >= heavy;
       if (c.empty) c.m_block = p.num_m_blocks;  // past the last query row: nothing to write
     } else {
-      c.m_block = p.num_m_blocks - 1 - int(in_group / group_size);
-      bh = first_head + in_group % group_size;
+      group_size_div(rank, head_in_group, in_group);
+      c.m_block = p.num_m_blocks - 1 - rank;
     }
-    c.head = int(bh % p.num_heads);
-    c.batch = int(bh / p.num_heads);
+    p.heads_div(c.batch, c.head, first_head + head_in_group);
     return c;
   }
 };
@@ -81,7 +82,7 @@ struct FwdOneTileScheduler {
 
   template <class Body>
   __device__ __forceinline__ void for_each_tile(Body&& body) const {
-    body(order.at(int64_t(blockIdx.x)));
+    body(order.at(int(blockIdx.x)));
   }
 
   static int64_t grid_size(int64_t num_tiles, int64_t num_pairs, bool pairs, int sms) {
@@ -107,12 +108,12 @@ struct FwdPersistentTileScheduler {
   __device__ __forceinline__ void for_each_tile(Body&& body) const {
     const int64_t G = gridDim.x;
     const int per_round = order.pairs ? 2 : 1;
-    const int64_t steps = ceil_div(order.num_slots, per_round * G) * per_round;
+    const int64_t steps = ceil_div(int64_t(order.num_slots), per_round * G) * per_round;
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t r = order.pairs ? i / 2 : i;
       const int64_t t = order.pairs ? r * 2 * G + 2 * int64_t(blockIdx.x) + (i & 1)
                                     : r * G + ((r & 1) ? G - 1 - blockIdx.x : blockIdx.x);
-      if (t < order.num_slots) body(order.at(t));
+      if (t < order.num_slots) body(order.at(int(t)));
     }
   }
 

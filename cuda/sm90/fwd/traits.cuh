@@ -6,6 +6,7 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/fast_math.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -139,6 +140,14 @@ struct FwdKernelParams {
   // tiles in pairs, the k-th heaviest and the k-th lightest of a head, whose KV lengths add up to
   // the same total for every k, and the pairs go round robin (fwd/scheduler.cuh).
   bool pair_causal;
+  // The tile order's divisors (fwd/scheduler.cuh), as multiply-and-shift pairs made on the host:
+  // the tiles of a group, the heads of a full group and of the last one (it may hold fewer), the
+  // heads of a batch row. The tile order works in 32 bits (the launch refuses a grid of 2^31 slots
+  // or more).
+  cutlass::FastDivmod group_tiles_div;
+  cutlass::FastDivmod group_size_div;
+  cutlass::FastDivmod last_group_size_div;
+  cutlass::FastDivmod heads_div;
   const float* scale;  // device pointer to the 0-d float32 softmax scale (AttentionParams)
   bool is_causal;
   void* out;

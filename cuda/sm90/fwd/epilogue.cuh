@@ -40,11 +40,11 @@ struct FwdEpilogueTmaStore {
   using Params = FwdKernelParams<Traits>;
   using HeadDim = typename Traits::HeadDim;
 
-  template <int kRows, class ThrMma, class Accum, class Coords>
+  template <int kRows, class Accum, class Coords>
   __device__ __forceinline__ static void store(const Params& p,
                                                typename Traits::SharedStorage& smem,
-                                               const FwdTile& tile, const ThrMma& thr_pv,
-                                               Accum& tOrO, const Coords& out_coords,
+                                               const FwdTile& tile, Accum& tOrO,
+                                               const Coords& out_coords,
                                                const float (&lse)[kRows], unsigned math_tid,
                                                int math_wg) {
     const bool store_leader = math_tid % kThreadsPerWarpgroup == 0;
@@ -95,11 +95,11 @@ struct FwdEpilogueDirectStore {
   using Params = FwdKernelParams<Traits>;
   static constexpr int kHeadDim = Traits::HeadDim::value;
 
-  template <int kRows, class ThrMma, class Accum, class Coords>
+  template <int kRows, class Accum, class Coords>
   __device__ __forceinline__ static void store(const Params& p,
                                                typename Traits::SharedStorage& smem,
-                                               const FwdTile& tile, const ThrMma& thr_pv,
-                                               Accum& tOrO, const Coords& out_coords,
+                                               const FwdTile& tile, Accum& tOrO,
+                                               const Coords& out_coords,
                                                const float (&lse)[kRows], unsigned math_tid,
                                                int math_wg) {
     Tensor out_acc = as_rows_cols(tOrO);  // (ROWS, COLS)

@@ -375,7 +375,7 @@ struct FwdMainloop {
       float lse[kRows];
       softmax.finalize(out_acc, lse);
 
-      Epilogue::store(p, smem, tile, thr_pv, tOrO, out_coords, lse, math_tid, math_wg);
+      Epilogue::store(p, smem, tile, tOrO, out_coords, lse, math_tid, math_wg);
       if (n_end > 0) {
         kv_pipe.advance(n_end);
         q_pipe.advance();

@@ -81,11 +81,11 @@ struct FwdKernelTraits {
 
   // kTmaStoreO (unmasked, head_dim <= 128): the epilogue writes O to shared memory, one 64-row
   // slice per math warpgroup, and one thread of the warpgroup stores the slice with TMA (rows past
-  // seq_q are clipped by the copy engine). Head dim 256 has no room for it;
-  // the persistent kernel at head_dim 64 (three math warpgroups) was 1-2.4% slower with it (H100,
-  // 2026-11-25, ninth session call 1) and keeps the direct stores.
-  static constexpr bool kTmaStoreO =
-      !kNarrowRows && kHeadDim <= 128 && !(kPersistent && kHeadDim == 64);
+  // seq_q are clipped by the copy engine). Head dim 256 has no room for it; the masked kernels
+  // (narrow rows, never persistent) keep the direct stores. The persistent kernels at head_dim 64
+  // were 1-2.4% slower with it (H100, 2026-11-25, ninth session call 1) when O went to shared
+  // memory by 32-bit stores with their own swizzled addresses; with stmatrix they take it.
+  static constexpr bool kTmaStoreO = kHeadDim <= 128 && (kPersistent || !kNarrowRows);
   using SmemLayoutOWg = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWarpgroupRows>, HeadDim>{}));
   // (BLK_M, D) over the warpgroups' slices, slice w holding rows [64 w, 64 w + 64).
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWg{}, Shape<BlockM, HeadDim>{}));

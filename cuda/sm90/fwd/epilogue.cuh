@@ -87,8 +87,8 @@ struct FwdEpilogueTmaStore {
   }
 };
 
-// Adjacent column pairs of O as one 32-bit global store each (head_dim 256, the masked and narrow
-// kernels, the persistent kernel at head_dim 64: traits.cuh kTmaStoreO).
+// Adjacent column pairs of O as one 32-bit global store each (head_dim 256 and the kernels with
+// narrow rows: traits.cuh kTmaStoreO).
 template <class Traits>
 struct FwdEpilogueDirectStore {
   using Element = typename Traits::ElementType;

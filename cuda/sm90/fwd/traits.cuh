@@ -81,11 +81,12 @@ struct FwdKernelTraits {
 
   // kTmaStoreO (unmasked, head_dim <= 128): the epilogue writes O to shared memory, one 64-row
   // slice per math warpgroup, and one thread of the warpgroup stores the slice with TMA (rows past
-  // seq_q are clipped by the copy engine). Head dim 256 has no room for it;
-  // the persistent kernel at head_dim 64 (three math warpgroups) was 1-2.4% slower with it (H100,
-  // 2026-11-25, ninth session call 1) and keeps the direct stores.
-  static constexpr bool kTmaStoreO =
-      !kNarrowRows && kHeadDim <= 128 && !(kPersistent && kHeadDim == 64);
+  // seq_q are clipped by the copy engine). Head dim 256 has no room for it. The kernels with
+  // narrow rows (the masked ones; the persistent one for causal head_dim 64 up to 1k) keep the
+  // direct stores: with TMA the narrow persistent kernel was 1.5-1.9% slower, and the 192-row one
+  // 0.5-1.0% faster (H100, twenty-fifth session, call 5; before O went to shared memory by
+  // stmatrix, the 192-row kernel was 1-2.4% slower with it, ninth session call 1).
+  static constexpr bool kTmaStoreO = kHeadDim <= 128 && !kNarrowRows;
   using SmemLayoutOWg = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kWarpgroupRows>, HeadDim>{}));
   // (BLK_M, D) over the warpgroups' slices, slice w holding rows [64 w, 64 w + 64).
   using SmemLayoutO = decltype(tile_to_shape(SmemLayoutOWg{}, Shape<BlockM, HeadDim>{}));

@@ -64,8 +64,7 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   p.pair_causal = kPersistent && ap.is_causal && Traits::kBlockM % Traits::kBlockN == 0;
   // The tile order's divisors (FwdTileOrder, in 32 bits: the slots must stay below 2^31).
   const int64_t heads_total = int64_t(ap.num_heads) * batch;
-  const int64_t per_head = p.pair_causal ? 2 * ceil_div(int64_t(p.num_m_blocks), int64_t(2))
-                                         : int64_t(p.num_m_blocks);
+  const int64_t per_head = fwd_slots_per_head(p.num_m_blocks, p.pair_causal);
   if (per_head * heads_total > int64_t(INT32_MAX)) return cudaErrorInvalidConfiguration;
   p.group_tiles_div = cutlass::FastDivmod(static_cast<int>(per_head * p.group_heads));
   p.group_size_div = cutlass::FastDivmod(p.group_heads);

@@ -21,6 +21,13 @@ struct TileCoord {
   bool empty;
 };
 
+// Slots of one head in the grid order: its query tiles, or with pairs twice the pairs (an odd
+// count of query tiles leaves one slot empty). The launch sizes the tile order's divisors with it.
+__host__ __device__ __forceinline__ int fwd_slots_per_head(int num_m_blocks, bool pairs) {
+  const int pair_slots = 2 * ((num_m_blocks + 1) / 2);
+  return pairs ? pair_slots : num_m_blocks;
+}
+
 // Heaviest query tiles (causal: the last ones) first across each group of heads, so that the tail
 // of each group, and of the grid, holds the short tiles. Group g holds heads [g * group_heads, ...)
 // (the last group may hold fewer). pairs (persistent, causal, fwd_block_m a multiple of
@@ -32,14 +39,12 @@ struct FwdTileOrder {
   const Params& p;
   int heads_total;
   bool pairs;
-  int pair_slots;  // pairs: slots per head (an odd count of query tiles leaves one empty)
-  int num_slots;   // tiles, or with pairs slots, of the whole grid (< 2^31: launch_fwd)
+  int num_slots;  // tiles, or with pairs slots, of the whole grid (< 2^31: launch_fwd)
 
   __device__ FwdTileOrder(const Params& params, bool persistent) : p(params) {
     heads_total = p.num_heads * p.batch;
     pairs = persistent && p.pair_causal;
-    pair_slots = 2 * ((p.num_m_blocks + 1) / 2);
-    num_slots = (pairs ? pair_slots : p.num_m_blocks) * heads_total;
+    num_slots = fwd_slots_per_head(p.num_m_blocks, pairs) * heads_total;
   }
 
   // Every division by a size of the call goes through the host's multiply-and-shift pairs

@@ -323,7 +323,10 @@ struct FwdMainloop {
       for (int iter = first + 1; iter < n_end; ++iter) {
         turn_begin();
         issue_qk(iter);
-        softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
+        // O's last P V completed in the previous iteration. Before the tile's first P V, O is the
+        // +0 of clear() and every factor is finite and >= 0 (OnlineSoftmax::update_scores), so
+        // the rescale would leave it +0: skipped (the same bits).
+        if (iter > first + 1) softmax.rescale(out_acc, correction);
         issue_pv(iter - 1);
         turn_end(iter);
         warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
@@ -356,7 +359,7 @@ struct FwdMainloop {
       if (n_end > 0) {
         turn_begin();
         if (first < n_end) {
-          softmax.rescale(out_acc, correction);
+          if (first < n_end - 1) softmax.rescale(out_acc, correction);  // else O is still +0
           issue_pv(n_end - 1);
         } else {  // every step skipped: the turn's wait only (see the skipped turns above)
           const KvSlot v_slot = kv_pipe.kv(n_end).previous();

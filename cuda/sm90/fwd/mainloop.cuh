@@ -58,6 +58,10 @@ struct FwdMainloop {
   // H100 driver forward 0.8-5.6% faster there (causal 512-1k -5..-6%), 0.3-0.8% slower at 128
   // (maintainers/perf-notes.md, twenty-fourth session, call 1).
   static constexpr bool kChainTurns = kPersistent && Traits::HeadDim::value == 64;
+  // Whether the rescale of a still-zero O before a tile's first P V is skipped (see the step
+  // loop): H100 driver forward 0.6-0.9% faster at head_dim 128; at 64 a tie or slower (causal 1k
+  // +0.9%), so those kernels keep it; 256 not measured (twenty-sixth session, call 1).
+  static constexpr bool kSkipZeroRescale = Traits::HeadDim::value == 128;
   using Producer = FwdProducer<Traits, kPersistent, kSegments>;
   using KvRange = FwdKvRange<Traits, kMask, kSegments>;
 
@@ -323,7 +327,10 @@ struct FwdMainloop {
       for (int iter = first + 1; iter < n_end; ++iter) {
         turn_begin();
         issue_qk(iter);
-        softmax.rescale(out_acc, correction);  // O's last P V completed in the previous iteration
+        // O's last P V completed in the previous iteration. Before the tile's first P V, O is the
+        // +0 of clear() and every factor is finite and >= 0 (OnlineSoftmax::update_scores), so
+        // the rescale would leave it +0: kSkipZeroRescale skips it (the same bits).
+        if (!kSkipZeroRescale || iter > first + 1) softmax.rescale(out_acc, correction);
         issue_pv(iter - 1);
         turn_end(iter);
         warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
@@ -356,7 +363,9 @@ struct FwdMainloop {
       if (n_end > 0) {
         turn_begin();
         if (first < n_end) {
-          softmax.rescale(out_acc, correction);
+          if (!kSkipZeroRescale || first < n_end - 1) {  // else O is still +0
+            softmax.rescale(out_acc, correction);
+          }
           issue_pv(n_end - 1);
         } else {  // every step skipped: the turn's wait only (see the skipped turns above)
           const KvSlot v_slot = kv_pipe.kv(n_end).previous();

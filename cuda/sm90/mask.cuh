@@ -92,6 +92,40 @@ struct PolicyMask {
       apply_impl<false>(scores, coords, row_begin, col_begin);
     }
   }
+  // Without segment ids the predicate above, per row, is one interval of the tile's columns:
+  // query i sees key j iff i < q_end = min(seq_q, q_length), j < kv_end = min(seq_kv, kv_length),
+  // i - j <= band_left and j - i <= band_right. With e = i - col_begin and c = j - col_begin that
+  // is max(0, e - left) <= c < min(kv_end - col_begin, e + right + 1), nothing for i >= q_end.
+  // The limits are clamped into [0, 2^30] and the band to 2^40 (kUnboundedBand): |e| < 2^32 and c
+  // is below the tile's width, so neither clamp changes a test. Each element then takes two 32-bit
+  // compares with its column offset where visible<false> tested both 64-bit coordinates (H100
+  // window forward: ~2,400 instructions a warp and masked tile; maintainers/perf-notes.md,
+  // twenty-sixth session, call 4).
+  // The same hidden set as apply_impl<false>: the same bits. scores, coords: (rows, cols) views.
+  template <class ScoreRC, class CoordRC>
+  __device__ __forceinline__ void apply_rows(ScoreRC& scores, CoordRC const& coords,
+                                             int64_t row_begin, int64_t col_begin) const {
+    static_assert(decltype(cute::rank(scores))::value == 2, "expects the (rows, cols) view");
+    constexpr int64_t kMaxOffset = int64_t{1} << 30;  // above any tile's width
+    const int64_t q_end = min(m.band.seq_q, m.row.q_length);
+    const int64_t kv_end = min(m.band.seq_kv, m.row.kv_length) - col_begin;
+    const int64_t left = min(m.band.band_left(), kUnboundedBand);
+    const int64_t right = min(m.band.band_right(), kUnboundedBand);
+    CUTE_UNROLL
+    for (int r = 0; r < cute::size<0>(scores); ++r) {
+      const int64_t i = row_begin + cute::get<0>(coords(r, 0));
+      const int64_t e = i - col_begin;
+      const int64_t lo = max(e - left, int64_t{0});
+      const int64_t hi = i < q_end ? min(kv_end, e + right + 1) : int64_t{0};
+      const int lo32 = static_cast<int>(min(lo, kMaxOffset));
+      const int hi32 = static_cast<int>(max(min(hi, kMaxOffset), int64_t{0}));
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(scores); ++c) {
+        const int col = static_cast<int>(cute::get<1>(coords(r, c)));
+        if (col < lo32 || col >= hi32) scores(r, c) = -INFINITY;
+      }
+    }
+  }
   template <bool kSegments, class ScoreTensor, class CoordTensor>
   __device__ __forceinline__ void apply_impl(ScoreTensor& scores, CoordTensor const& coords,
                                              int64_t row_begin, int64_t col_begin) const {

@@ -246,7 +246,7 @@ struct FwdMainloop {
               policy.template apply_impl<true>(scores, score_coords, row_begin, col_begin);
             }
           } else if (policy.tile_needs_mask(row_begin, kBlockM, col_begin, kBlockN)) {
-            policy.template apply_impl<false>(scores, score_coords, row_begin, col_begin);
+            policy.apply_rows(scores, score_coords, row_begin, col_begin);
           }
         } else if (mask.tile_needs_mask(row_begin, col_begin, kBlockN)) {
           mask.apply(scores, score_coords, row_begin, col_begin);

@@ -78,20 +78,6 @@ struct PolicyMask {
     }
     return v;
   }
-  __device__ __forceinline__ bool visible(int64_t i, int64_t j) const {
-    return has_segments() ? visible<true>(i, j) : visible<false>(i, j);
-  }
-
-  // scores: rows x cols view of a (query rows, key columns) accumulator tile; -inf where hidden.
-  template <class ScoreTensor, class CoordTensor>
-  __device__ __forceinline__ void apply(ScoreTensor& scores, CoordTensor const& coords,
-                                        int64_t row_begin, int64_t col_begin) const {
-    if (has_segments()) {
-      apply_impl<true>(scores, coords, row_begin, col_begin);
-    } else {
-      apply_impl<false>(scores, coords, row_begin, col_begin);
-    }
-  }
   // Without segment ids the predicate above, per row, is one interval of the tile's columns:
   // query i sees key j iff i < q_end = min(seq_q, q_length), j < kv_end = min(seq_kv, kv_length),
   // i - j <= band_left and j - i <= band_right. With e = i - col_begin and c = j - col_begin that
@@ -126,6 +112,8 @@ struct PolicyMask {
       }
     }
   }
+  // The element predicate over a tile, -inf where hidden (kSegments: with the ids' test); the
+  // forward's masked step runs it with segment ids, and apply_rows without.
   template <bool kSegments, class ScoreTensor, class CoordTensor>
   __device__ __forceinline__ void apply_impl(ScoreTensor& scores, CoordTensor const& coords,
                                              int64_t row_begin, int64_t col_begin) const {

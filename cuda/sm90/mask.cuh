@@ -86,7 +86,9 @@ struct PolicyMask {
   // is below the tile's width, so neither clamp changes a test. Each element then takes two 32-bit
   // compares with its column offset where visible<false> tested both 64-bit coordinates (H100
   // window forward: ~2,400 instructions a warp and masked tile; maintainers/perf-notes.md,
-  // twenty-sixth session, call 4).
+  // twenty-sixth session, call 4). The interval is MaskBand's [key_begin(i), key_end(i)) cut at
+  // kv_length; written out here so that its clamps at 0 and seq_kv fold into the 32-bit ones
+  // (calling the two cost 65 more instructions and 44 bytes of spills in the hd128 dropout kernel).
   // The same hidden set as apply_impl<false>: the same bits. scores, coords: (rows, cols) views.
   template <class ScoreRC, class CoordRC>
   __device__ __forceinline__ void apply_rows(ScoreRC& scores, CoordRC const& coords,

@@ -336,7 +336,7 @@ def test_gqa_dkv_tickets_are_head_order():
 
 def test_choose_schedule():
     kwargs = dict(head_dim=128, wave=132)
-    assert schedules.AUTO_CANDIDATES == ("symmetric_shift", "shift", "descending")
+    assert schedules.AUTO_CANDIDATES == ("symmetric_shift", "shift", "mirror", "descending")
     # Causal, square, even Nkv, a head is one slice: symmetric_shift.
     assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=True, **kwargs) \
         == "symmetric_shift"
@@ -345,9 +345,24 @@ def test_choose_schedule():
         == "shift"
     assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=False, **kwargs) \
         == "descending"
-    # A window that cuts tile pairs: shift does not apply, descending.
-    assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=False, window=(256, 256),
+    # A window that cuts tile pairs: shift does not apply; mirror where the left side reaches
+    # further (the band's cut at the sequence's end is the larger), else descending.
+    for window, want in (((256, 256), "descending"), ((256, 100), "mirror"),
+                         ((100, 256), "descending"), ((10 ** 6, 100), "mirror")):
+        assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=False, window=window,
+                                         **kwargs) == want, window
+    # Causal windows (the right side does not count), with or without segment ids, any length;
+    # a window that hides nothing is no window.
+    for seq, segment_ids in ((4096, False), (8192, True), (40960, False), (4224, False)):
+        assert schedules.choose_schedule(seq_q=seq, seq_kv=seq, is_causal=True,
+                                         window=(4095, 7), segment_ids=segment_ids,
+                                         **kwargs) == "mirror", seq
+    assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=True, window=(4095, 0),
+                                     **kwargs) == "symmetric_shift"
+    assert schedules.choose_schedule(seq_q=4224, seq_kv=4224, is_causal=True, window=(4223, 0),
                                      **kwargs) == "descending"
+    assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=False,
+                                     window=(4095, 4095), **kwargs) == "shift"
     # Where symmetric_shift would fall back, or a head would span several slices: descending.
     for seq_q, seq_kv, wave in ((4224, 4224, 132),      # Nkv 33, odd
                                 (2048, 4096, 132),      # seq_q != seq_kv
@@ -365,12 +380,15 @@ def test_choose_schedule():
     for seq in (128, 1000, 4096, 4224, 40960):
         for causal in (False, True):
             for head_dim in (64, 128, 256):
-                picked = schedules.choose_schedule(seq_q=seq, seq_kv=seq, is_causal=causal,
-                                                   head_dim=head_dim, wave=132)
-                p = schedules.make_problem(batch=1, num_heads=1, seq_q=seq, seq_kv=seq,
-                                           is_causal=causal, head_dim=head_dim, wave=132)
-                assert picked in schedules.AUTO_CANDIDATES
-                assert schedules.effective_schedule(picked, p) == picked
+                for window in (None, (300, 0), (0, 300)):
+                    picked = schedules.choose_schedule(seq_q=seq, seq_kv=seq, is_causal=causal,
+                                                       head_dim=head_dim, wave=132,
+                                                       window=window)
+                    p = schedules.make_problem(batch=1, num_heads=1, seq_q=seq, seq_kv=seq,
+                                               is_causal=causal, head_dim=head_dim, wave=132,
+                                               window=window)
+                    assert picked in schedules.AUTO_CANDIDATES
+                    assert schedules.effective_schedule(picked, p) == picked
 
 
 def test_choose_schedule_sees_one_head_only():

@@ -16,7 +16,7 @@ from helpers import (assert_close_to_reference, attention_and_grads, random_inpu
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels: conftest.py
 
 ATOL = {jnp.float32: 5e-5, jnp.float16: 1e-3, jnp.bfloat16: 1e-3}
-DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
+DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift", "mirror")
 
 # head_dim 256 has the smallest tiles (forward 128 x 64, backward 64 x 64), so short sequences
 # span several tiles and windows cut whole tiles; head_dim 64 has 128 x 128 tiles.

@@ -45,9 +45,10 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
     window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
     given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
-    head is one slice (Nkv <= wave) and no segment ids are given; otherwise a window that hides
-    some pair and whose left side reaches further than its right (both clipped to the sequences;
-    causal: right = 0) -> ``mirror``; otherwise ``descending``. Why:
+    head is one slice (Nkv <= wave) and no segment ids are given; otherwise causal with segment
+    ids, or a window that hides some pair and whose left side reaches further than its right
+    (both clipped to the sequences; causal: right = 0) -> ``mirror``; otherwise ``descending``.
+    Why:
 
     * causal: measured on an H100 (maintainers/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -60,6 +61,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       a long and a short column no longer balances anything: measured on an H100 (16k tokens,
       documents of mean 2k, hd128, causal; maintainers/perf-notes.md, fifth session call
       2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
+      Causal, each document is a causal triangle whose KV tiles under descending all start on
+      its last Q tile and queue there; mirror starts each on its own diagonal (below): H100,
+      16k tokens, backward of visible work, mirror / descending 147 / 125 (hd128, documents of
+      mean 2k), 174 / 153 (mean 8k), 84 / 66 and 97 / 78 (hd64), atomic 150, 182, 87, 102
+      (maintainers/perf-notes.md, twenty-seventh session call 2).
     * full mask: shift where it runs as itself and a head is one slice (Nkv <= wave), else
       descending. With descending every KV tile of a head starts on the same Q tile and the
       contributors of a tile queue on its ticket chain; shift starts each on another tile. The
@@ -91,6 +97,8 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
         return "symmetric_shift"
     if not is_causal and not segment_ids and runs_as_one_slice("shift", False):
         return "shift"
+    if is_causal and segment_ids:
+        return "mirror"
     if window is not None:  # how far each side reaches, clipped to the sequences
         left, right = window
         hides_some_pair = left < seq_q - 1 or (not is_causal and right < seq_kv - 1)

@@ -372,10 +372,11 @@ def test_choose_schedule():
                                          head_dim=128, wave=wave) == "descending"
     assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=True, head_dim=128,
                                      wave=160) == "symmetric_shift"
-    # Packed rows (segment ids given): descending, causal or not.
-    for causal in (False, True):
+    # Packed rows (segment ids given): causal mirror (each document a causal triangle), else
+    # descending.
+    for causal, want in ((False, "descending"), (True, "mirror")):
         assert schedules.choose_schedule(seq_q=4096, seq_kv=4096, is_causal=causal,
-                                         segment_ids=True, **kwargs) == "descending"
+                                         segment_ids=True, **kwargs) == want
     # Whatever it picks runs as itself.
     for seq in (128, 1000, 4096, 4224, 40960):
         for causal in (False, True):

@@ -78,7 +78,8 @@ def test_dropped_hidden_pairs_keep_the_band_order(head_dim):
     visit order and gives a kept pair the ticket of its rank among its dQ tile's visible
     contributors: the adds keep the band's order, so ascending and descending (the same band
     tickets, opposite visit orders) still give the same dQ bits. And auto, given segment ids on a
-    causal call, runs mirror (the same bits), whose dQ order differs."""
+    causal call, runs mirror (the same bits), whose gradients are not descending's (its dK/dV sum
+    the Q tiles ascending; its dQ order differs too, which bf16 may round away)."""
     shape = (2, 1000, 1000, 4, 2, head_dim)
     mask = dict(is_causal=True, local_window_size=(600, 0),
                 query_seq_lengths=jnp.asarray([990, 700], jnp.int32),
@@ -93,4 +94,5 @@ def test_dropped_hidden_pairs_keep_the_band_order(head_dim):
     np.testing.assert_array_equal(grads["ascending"][1], grads["descending"][1])
     for a, b in zip(grads["auto"], grads["mirror"]):
         np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(grads["mirror"][1], grads["descending"][1])
+    assert not all(np.array_equal(a, b) for a, b in zip(grads["mirror"][1:],
+                                                        grads["descending"][1:]))

@@ -81,14 +81,14 @@
 // head order (dkv_ticket = head_in_group): always a smaller global item, wave-independent.
 //
 // What the bits depend on. ascending/descending/mirror (and every GQA dK/dV order): the head's
-// shape only. shift/symmetric_shift: the head's shape and its slices, i.e. min(W, items_per_head); never
-// head_linear, the batch size, the number of heads or how a call is sharded, so every schedule is
-// batch- and sharding-invariant. On the GPU W = min(resident CTAs, total items) and total items >=
-// items_per_head, so min(W, items_per_head) = min(resident CTAs, items_per_head): on a given GPU a
-// head's tickets are the same in any batch. When resident CTAs >= items_per_head (132 SMs, one
-// backward CTA each: Nkv <= 132 for shift, Nkv <= 264 for symmetric_shift) the head is one slice
-// and its tickets are also those of every GPU with at least as many resident CTAs and of the CPU
-// kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
+// shape only. shift/symmetric_shift: the head's shape and its slices, i.e. min(W, items_per_head);
+// never head_linear, the batch size, the number of heads or how a call is sharded, so every
+// schedule is batch- and sharding-invariant. On the GPU W = min(resident CTAs, total items) and
+// total items >= items_per_head, so min(W, items_per_head) = min(resident CTAs, items_per_head): on
+// a given GPU a head's tickets are the same in any batch. When resident CTAs >= items_per_head (132
+// SMs, one backward CTA each: Nkv <= 132 for shift, Nkv <= 264 for symmetric_shift) the head is one
+// slice and its tickets are also those of every GPU with at least as many resident CTAs and of the
+// CPU kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
 //
 // Deadlock freedom. Assumed (both sm90 backward kernels do this, cuda/sm90/bwd/): G >= W CTAs,
 // all co-resident (the grid never exceeds the occupancy query), take items one at a time in
@@ -109,9 +109,10 @@
 //       is taken: its unfinished items are held, i.e. running together. Their waits outside S are
 //       on finished items (1). Of their next nodes take the first in (step, item) order: by (2) it
 //       waits only on finished nodes, so it runs. Contradiction.
-// ascending, descending, mirror and atomic only ever wait on smaller items (or not at all), so they
-// need only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
-// what is resident), which is why the GPU takes W from the occupancy query, never a constant.
+// ascending, descending, mirror and atomic only ever wait on smaller items (or not at all), so
+// they need only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave
+// wider than what is resident), which is why the GPU takes W from the occupancy query, never a
+// constant.
 // jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
 // Asynchronous release (modelled only: the "ws-rs-async" kernel that had it gave ws-rs's time and
 // was deleted, maintainers/perf-notes.md): a releaser warp releases a node's ticket after the

@@ -18,7 +18,7 @@ BWD_FLOP_FACTOR = 2.5
 IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla", "fa3", "fa3_det", "tokamax")
 # jax_dash.SCHEDULES, spelled out because the harness also runs (peers only) where jax_dash is not
 # importable, and its parent process imports no jax; tests/test_benchmarks.py checks the two agree.
-SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic")
+SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic", "mirror")
 DETERMINISTIC_SCHEDULES = tuple(s for s in SCHEDULES if s != "atomic")
 
 

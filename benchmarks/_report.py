@@ -13,7 +13,7 @@ DASH_HEADLINE = "jax_dash:auto"
 PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA", "fa3": "FA3",
                "fa3_det": "FA3 det", "tokamax": "tokamax"}
 SHORT_SCHEDULE = {"auto": "auto", "ascending": "asc", "descending": "desc", "shift": "shift",
-                  "symmetric_shift": "sym", "atomic": "atomic"}
+                  "symmetric_shift": "sym", "atomic": "atomic", "mirror": "mirror"}
 
 
 def point_order(p):

@@ -221,11 +221,11 @@ inline ffi::Error describe_mask(const MaskOperands& m, AttentionParams* p) {
 
 inline ffi::Error check_schedule(int32_t schedule, Schedule* out) {
   if (schedule < static_cast<int32_t>(Schedule::kAscending) ||
-      schedule > static_cast<int32_t>(Schedule::kAtomic))
+      schedule > static_cast<int32_t>(Schedule::kLastSchedule))
     return ffi::Error::InvalidArgument(
         "jax_dash: unknown schedule id " + std::to_string(schedule) + "; allowed: " +
         std::to_string(static_cast<int32_t>(Schedule::kAscending)) + " (ascending) to " +
-        std::to_string(static_cast<int32_t>(Schedule::kAtomic)) + " (atomic)");
+        std::to_string(static_cast<int32_t>(Schedule::kLastSchedule)) + " (mirror)");
   *out = static_cast<Schedule>(schedule);
   return ffi::Error::Success();
 }

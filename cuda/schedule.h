@@ -64,19 +64,31 @@
 //               `descending`.
 //   atomic      no tickets (fp32 atomics, any order); visit order of `descending`. dq_ticket
 //               returns n, which the GPU ignores.
+//   mirror      `descending` on the sequence read from its end: item i = KV tile Nkv-1-i (the
+//               last KV tile first); it visits its band range ascending; ticket = rank of n among
+//               the KV tiles tile m sees in DESCENDING n. Every wait is on the next larger KV
+//               tile, a smaller item, so it is deadlock-free for any wave and its tickets do not
+//               depend on the wave. Why: KV tile n reaches tile m at step m - first_q_tile(n),
+//               so a tile's contributors arrive one a step, larger n first, in ticket order, and
+//               a band cut by the sequence's end (a sliding window's last KV tiles, whose ranges
+//               stop at Nq-1) only shortens the end of their visits. Under `descending` those
+//               tiles all start on tile Nq-1 and queue on its ticket chain (jax_dash/schedules.py
+//               simulate_pipeline: hd64, causal window 4096 at 2 x 8k, descending 1.17x atomic,
+//               mirror 1.005x). A band cut at its start (a window's right side wider than its
+//               left) is the mirror image: there `descending` is the one that does not queue.
 // In every case the schedule enum the user asked for is kept; effective_schedule() says what the
 // functions actually do. GQA dK/dV: the query heads of a group add their partial dK_n/dV_n in
 // head order (dkv_ticket = head_in_group): always a smaller global item, wave-independent.
 //
-// What the bits depend on. ascending/descending (and every GQA dK/dV order): the head's shape
-// only. shift/symmetric_shift: the head's shape and its slices, i.e. min(W, items_per_head); never
-// head_linear, the batch size, the number of heads or how a call is sharded, so every schedule is
-// batch- and sharding-invariant. On the GPU W = min(resident CTAs, total items) and total items >=
-// items_per_head, so min(W, items_per_head) = min(resident CTAs, items_per_head): on a given GPU a
-// head's tickets are the same in any batch. When resident CTAs >= items_per_head (132 SMs, one
-// backward CTA each: Nkv <= 132 for shift, Nkv <= 264 for symmetric_shift) the head is one slice
-// and its tickets are also those of every GPU with at least as many resident CTAs and of the CPU
-// kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
+// What the bits depend on. ascending/descending/mirror (and every GQA dK/dV order): the head's
+// shape only. shift/symmetric_shift: the head's shape and its slices, i.e. min(W, items_per_head);
+// never head_linear, the batch size, the number of heads or how a call is sharded, so every
+// schedule is batch- and sharding-invariant. On the GPU W = min(resident CTAs, total items) and
+// total items >= items_per_head, so min(W, items_per_head) = min(resident CTAs, items_per_head): on
+// a given GPU a head's tickets are the same in any batch. When resident CTAs >= items_per_head (132
+// SMs, one backward CTA each: Nkv <= 132 for shift, Nkv <= 264 for symmetric_shift) the head is one
+// slice and its tickets are also those of every GPU with at least as many resident CTAs and of the
+// CPU kernels (W = kCpuWave = 132); longer heads get the bits of their GPU's resident-CTA count.
 //
 // Deadlock freedom. Assumed (both sm90 backward kernels do this, cuda/sm90/bwd/): G >= W CTAs,
 // all co-resident (the grid never exceeds the occupancy query), take items one at a time in
@@ -97,9 +109,10 @@
 //       is taken: its unfinished items are held, i.e. running together. Their waits outside S are
 //       on finished items (1). Of their next nodes take the first in (step, item) order: by (2) it
 //       waits only on finished nodes, so it runs. Contradiction.
-// ascending, descending and atomic only ever wait on smaller items (or not at all), so they need
-// only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave wider than
-// what is resident), which is why the GPU takes W from the occupancy query, never a constant.
+// ascending, descending, mirror and atomic only ever wait on smaller items (or not at all), so
+// they need only G >= 1. What does deadlock: fewer co-resident CTAs than a slice holds (a wave
+// wider than what is resident), which is why the GPU takes W from the occupancy query, never a
+// constant.
 // jax_dash/schedules.py simulates in-order fetch and reports such deadlocks.
 // Asynchronous release (modelled only: the "ws-rs-async" kernel that had it gave ws-rs's time and
 // was deleted, maintainers/perf-notes.md): a releaser warp releases a node's ticket after the
@@ -122,6 +135,8 @@ enum class Schedule : int32_t {
   kShift = 2,
   kSymmetricShift = 3,
   kAtomic = 4,  // no tickets: races; visit order of descending
+  kMirror = 5,  // descending on the sequence read from its end (the header comment)
+  kLastSchedule = kMirror,  // the largest valid value (argument checks)
 };
 
 struct ScheduleProblem {
@@ -244,6 +259,7 @@ JAX_DASH_HD inline Schedule effective_schedule(const ScheduleProblem& p) {
     case Schedule::kAscending:
     case Schedule::kDescending:
     case Schedule::kAtomic:
+    case Schedule::kMirror:
       return p.schedule;
   }
   return Schedule::kDescending;  // out-of-range enum values (rejected earlier by the FFI layer)
@@ -259,16 +275,21 @@ JAX_DASH_HD inline int item_num_kv_tiles(const ScheduleProblem& p, int /*item*/)
   return effective_schedule(p) == Schedule::kSymmetricShift ? 2 : 1;
 }
 
-// j-th KV tile of an item (j < item_num_kv_tiles): symmetric_shift does the long column first.
+// j-th KV tile of an item (j < item_num_kv_tiles): symmetric_shift does the long column first;
+// mirror takes the KV tiles from the last.
+// (mirror never falls back, so the requested schedule says it; testing it before the fallbacks
+// kept ptxas from spilling more in the hd128 dropout backward: 224 -> 512 bytes otherwise.)
 JAX_DASH_HD inline int item_kv_tile(const ScheduleProblem& p, int item, int j) {
+  if (p.schedule == Schedule::kMirror) return p.num_kv_tiles - 1 - item;
   if (effective_schedule(p) != Schedule::kSymmetricShift) return item;
   return j == 0 ? item : p.num_kv_tiles - 1 - item;
 }
 
 // The item that processes KV tile n (inverse of item_kv_tile).
 JAX_DASH_HD inline int kv_tile_item(const ScheduleProblem& p, int n) {
-  if (effective_schedule(p) != Schedule::kSymmetricShift) return n;
   const int mirror = p.num_kv_tiles - 1 - n;
+  if (p.schedule == Schedule::kMirror) return mirror;
+  if (effective_schedule(p) != Schedule::kSymmetricShift) return n;
   return n < mirror ? n : mirror;
 }
 
@@ -302,6 +323,7 @@ JAX_DASH_HD inline int q_visit_tile(const ScheduleProblem& p, int /*head*/, int 
   const int nq = p.num_q_tiles;
   switch (effective_schedule(p)) {
     case Schedule::kAscending:
+    case Schedule::kMirror:
       return first_q_tile(p, n) + step;
     case Schedule::kShift:  // full mask only
       return static_cast<int>((static_cast<int64_t>(n) + step) % nq);
@@ -385,6 +407,8 @@ JAX_DASH_HD inline int dq_ticket(const ScheduleProblem& p, int head, int m, int 
     }
     case Schedule::kSymmetricShift:
       return detail::symmetric_shift_ticket(p, head, m, n);
+    case Schedule::kMirror:  // descending n over the KV tiles m sees
+      return first_kv_tile(p, m) + num_kv_tiles_seen(p, m) - 1 - n;
     case Schedule::kAscending:
     case Schedule::kDescending:
     case Schedule::kAtomic:

@@ -28,9 +28,10 @@ Int32Array to_numpy(std::vector<int32_t>&& values, std::initializer_list<size_t>
 ScheduleProblem checked_problem(int32_t schedule, int64_t seq_q, int64_t seq_kv, int32_t block_m,
                                 int32_t block_n, bool is_causal, int32_t num_heads, int32_t wave,
                                 int64_t window_left, int64_t window_right) {
-  if (schedule < 0 || schedule > static_cast<int32_t>(Schedule::kAtomic))
-    throw nb::value_error(("schedule=" + std::to_string(schedule) +
-                           " is not a Schedule enum value (0..4)").c_str());
+  if (schedule < 0 || schedule > static_cast<int32_t>(Schedule::kLastSchedule))
+    throw nb::value_error(("schedule=" + std::to_string(schedule) + " is not a Schedule enum " +
+                           "value (0.." + std::to_string(static_cast<int32_t>(
+                               Schedule::kLastSchedule)) + ")").c_str());
   if (seq_q < 1 || seq_kv < 1)
     throw nb::value_error(("seq_q=" + std::to_string(seq_q) + ", seq_kv=" +
                            std::to_string(seq_kv) + ": both must be >= 1").c_str());

@@ -23,7 +23,7 @@ from jax_dash import _ffi
 SCHEDULE_IDS = _ffi.SCHEDULE_IDS
 SCHEDULES = ("auto",) + tuple(SCHEDULE_IDS)
 # Schedules "auto" chooses from (see choose_schedule for the rule and why).
-AUTO_CANDIDATES = ("symmetric_shift", "shift", "descending")
+AUTO_CANDIDATES = ("symmetric_shift", "shift", "mirror", "descending")
 _CPU_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 MAX_HEAD_DIM = 256
 
@@ -45,9 +45,10 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
     window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
     given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
-    head is one slice (Nkv <= wave) and no segment ids are given; otherwise ``descending`` (so a
-    sliding window that cuts tiles gets ``descending``, which visits each KV tile's band from its
-    bottom). Why:
+    head is one slice (Nkv <= wave) and no segment ids are given; otherwise causal with segment
+    ids, or a window that hides some pair and whose left side reaches further than its right
+    (both clipped to the sequences; causal: right = 0) -> ``mirror``; otherwise ``descending``.
+    Why:
 
     * causal: measured on an H100 (maintainers/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -60,11 +61,25 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       a long and a short column no longer balances anything: measured on an H100 (16k tokens,
       documents of mean 2k, hd128, causal; maintainers/perf-notes.md, fifth session call
       2) descending ran the backward at 92 TFLOP/s of visible work, symmetric_shift at 62.
+      Causal, each document is a causal triangle whose KV tiles under descending all start on
+      its last Q tile and queue there; mirror starts each on its own diagonal (below): H100,
+      16k tokens, backward of visible work, mirror / descending 147 / 125 (hd128, documents of
+      mean 2k), 174 / 153 (mean 8k), 84 / 66 and 97 / 78 (hd64), atomic 150, 182, 87, 102
+      (maintainers/perf-notes.md, twenty-seventh session call 2).
     * full mask: shift where it runs as itself and a head is one slice (Nkv <= wave), else
       descending. With descending every KV tile of a head starts on the same Q tile and the
       contributors of a tile queue on its ticket chain; shift starts each on another tile. The
       pipeline model (simulate_pipeline) puts descending's tax over atomic at +8..21% at 2k-4k and
       shift's at 0, as the H100 grid of 2026-11-23 measured for descending (+9..20%).
+    * a sliding window: the band of KV tile n is cut by the sequence's end (its last KV tiles see
+      fewer Q tiles) where the window's left side reaches, and by its start where the right side
+      does. descending visits a band from its top: the last KV tiles all start on tile Nq - 1 and
+      queue on its ticket chain; mirror (descending on the sequence read from its end) visits from
+      the bottom, so only a cut at the start queues. The pipeline model puts descending's tax
+      over atomic at +3.3% / +5.9% (hd128, causal window 4096, 1 x 16k / 2 x 8k) and +8.1% /
+      +16.6% (hd64) against mirror's +0.5..1.0%, close to the H100's descending
+      (maintainers/perf-notes.md, twenty-sixth session: +4..9% hd128, +7..15% hd64); with a wider
+      right side the two swap. A window that hides nothing is no window.
 
     The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
     head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
@@ -82,6 +97,14 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
         return "symmetric_shift"
     if not is_causal and not segment_ids and runs_as_one_slice("shift", False):
         return "shift"
+    if is_causal and segment_ids:
+        return "mirror"
+    if window is not None:  # how far each side reaches, clipped to the sequences
+        left, right = window
+        hides_some_pair = left < seq_q - 1 or (not is_causal and right < seq_kv - 1)
+        left, right = min(left, seq_q - 1), 0 if is_causal else min(right, seq_kv - 1)
+        if hides_some_pair and left > right:
+            return "mirror"
     return "descending"
 
 

@@ -27,6 +27,7 @@ SCHEDULE_IDS = {
     "shift": 2,
     "symmetric_shift": 3,
     "atomic": 4,
+    "mirror": 5,
 }
 _SCHEDULE_NAMES = {schedule_id: name for name, schedule_id in SCHEDULE_IDS.items()}
 

@@ -52,7 +52,8 @@ def attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=
       logits_soft_cap: ``c > 0``: logits ``= c * tanh(scale * q.k / c)``, before masking and
         softmax (Gemma 2).
       schedule: backward tile schedule. ``"auto"`` (pick per head's problem), ``"ascending"``,
-        ``"descending"``, ``"shift"``, ``"symmetric_shift"`` give bitwise-reproducible gradients;
+        ``"descending"``, ``"shift"``, ``"symmetric_shift"``, ``"mirror"`` (``"descending"`` on
+        the sequence read from its end) give bitwise-reproducible gradients;
         ``"atomic"`` is faster-racing and not reproducible (a reference for the cost of
         determinism). Every schedule computes the same function up to rounding.
       implementation: ``None`` only (``jax.nn``'s choice of backend; jax_dash is its own: a

@@ -101,12 +101,13 @@ const char* schedule_name(Schedule s) {
     case Schedule::kShift: return "shift";
     case Schedule::kSymmetricShift: return "symmetric_shift";
     case Schedule::kAtomic: return "atomic";
+    case Schedule::kMirror: return "mirror";
   }
   return "?";
 }
 
 bool parse_schedule(const char* s, Schedule* out) {
-  for (int i = 0; i <= static_cast<int>(Schedule::kAtomic); ++i) {
+  for (int i = 0; i <= static_cast<int>(Schedule::kLastSchedule); ++i) {
     if (std::strcmp(s, schedule_name(static_cast<Schedule>(i))) == 0) {
       *out = static_cast<Schedule>(i);
       return true;
@@ -783,7 +784,7 @@ bool run_dropout_case(const Case& c, const DropoutCase& dc) {
   d.lse.upload(hl);
   d.dout.upload(hdo);
   const Schedule schedules[] = {Schedule::kAscending, Schedule::kDescending, Schedule::kShift,
-                                Schedule::kSymmetricShift, Schedule::kAtomic};
+                                Schedule::kSymmetricShift, Schedule::kAtomic, Schedule::kMirror};
   for (Schedule schedule : schedules) {
     d.p.schedule = schedule;
     std::vector<std::vector<uint16_t>> first_grads;
@@ -1108,6 +1109,9 @@ int main(int argc, char** argv) {
       {1, 200, 200, 2, 2, 256, true, Schedule::kDescending, bf16},
       {2, 150, 330, 4, 2, 256, false, Schedule::kSymmetricShift, fp16},
       {1, 300, 100, 2, 1, 256, true, Schedule::kAtomic, bf16},
+      // mirror: the last KV tile first, dQ tickets in descending n.
+      {1, 500, 500, 2, 1, 128, true, Schedule::kMirror, bf16},
+      {2, 260, 700, 4, 2, 64, false, Schedule::kMirror, fp16},
   };
   if (compare_variants) {
     // Plus cases with more query tiles than an H100 has SMs, so that the persistent forward's CTAs
@@ -1155,6 +1159,10 @@ int main(int argc, char** argv) {
         // Head dim 256: every part of the mask together, and segments under shift.
         masked({2, 300, 300, 2, 1, 256, true, Schedule::kAscending, bf16}, 70, 2, true, 80, 2.0),
         masked({1, 500, 500, 2, 2, 256, false, Schedule::kShift, fp16}, -1, -1, false, 120, 0),
+        // mirror on a causal window (its case for auto), with lengths and segments dropping
+        // pairs from its descending-n tickets; a two-sided window at head dim 256.
+        masked({2, 700, 700, 2, 1, 64, true, Schedule::kMirror, bf16}, 200, -1, true, 150, 0),
+        masked({1, 400, 500, 2, 2, 256, false, Schedule::kMirror, fp16}, 100, 30, false, 0, 0),
     };
     std::printf("masked kernels (forward ws, backward ws-rs)\n");
     int failed = 0;

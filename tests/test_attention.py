@@ -12,7 +12,7 @@ from helpers import (assert_close_to_reference, attention_and_grads, random_inpu
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels (float32, any head_dim): conftest.py
 
 ATOL = {jnp.float32: 5e-5, jnp.float16: 1e-3, jnp.bfloat16: 1e-3}
-DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
+DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift", "mirror")
 
 # (batch, seq_q, seq_kv, num_heads, num_kv_heads, head_dim)
 SHAPES = [

@@ -194,7 +194,7 @@ def test_forward_out_with_wrong_dtype():
      f"lse has shape {(B, SQ, H)}, expected [batch, num_heads, seq_q] = {LSE_SHAPE}"),
     (lambda: _fwd(lse=(B, H, SQ + 1)),
      f"lse has shape {(B, H, SQ + 1)}, expected [batch, num_heads, seq_q] = {LSE_SHAPE}"),
-    (lambda: _bwd(schedule=7), "unknown schedule id 7; allowed: 0 (ascending) to 4 (atomic)"),
+    (lambda: _bwd(schedule=7), "unknown schedule id 7; allowed: 0 (ascending) to 5 (mirror)"),
     (lambda: _fwd(jnp.float32, query_dtype=jnp.int32),
      "query has dtype int32; allowed: float32, float16, bfloat16"),
     (lambda: _bwd(jnp.float16, key_dtype=jnp.bfloat16),

@@ -20,7 +20,7 @@ from jax_dash.reference import reference_backward, reference_forward
 
 pytestmark = GPU_MARKS
 
-DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
+DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift", "mirror")
 ALL_SCHEDULES = DETERMINISTIC + ("atomic",)
 
 

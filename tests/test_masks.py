@@ -16,7 +16,7 @@ from helpers import (assert_close_to_reference, attention_and_grads, random_inpu
 pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels: conftest.py
 
 ATOL = {jnp.float32: 5e-5, jnp.float16: 1e-3, jnp.bfloat16: 1e-3}
-DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift")
+DETERMINISTIC = ("ascending", "descending", "shift", "symmetric_shift", "mirror")
 
 # head_dim 256 has the smallest tiles (forward 128 x 64, backward 64 x 64), so short sequences
 # span several tiles and windows cut whole tiles; head_dim 64 has 128 x 128 tiles.
@@ -367,20 +367,21 @@ def test_hidden_pairs_keep_the_ticket_order():
                                atol=1e-6)
 
 
-def test_auto_takes_descending_for_packed_rows():
-    """Given segment ids, auto runs descending even where a causal mask would get
-    symmetric_shift (schedules.choose_schedule): the same bits as naming descending."""
+def test_auto_takes_mirror_for_causal_packed_rows():
+    """Given segment ids, a causal call runs mirror even where a causal mask would get
+    symmetric_shift (schedules.choose_schedule): the same bits as naming mirror."""
     shape = (1, 1024, 1024, 2, 2, 32)
     q, k, v, dout = random_inputs(21, *shape, jnp.float32)
     ids = _segments(22, 1, 1024, 2)
     mask = dict(is_causal=True, query_segment_ids=ids, key_value_segment_ids=ids)
     grads = {s: [np.asarray(x) for x in attention_and_grads(
         lambda q, k, v: jax_dash.attention(q, k, v, schedule=s, **mask), q, k, v, dout)]
-        for s in ("auto", "descending", "symmetric_shift")}
-    for a, b in zip(grads["auto"], grads["descending"]):
+        for s in ("auto", "mirror", "descending", "symmetric_shift")}
+    for a, b in zip(grads["auto"], grads["mirror"]):
         np.testing.assert_array_equal(a, b)
-    # The two schedules add dQ in different orders here, so the check above can tell them apart.
-    assert not np.array_equal(grads["symmetric_shift"][1], grads["descending"][1])
+    # The others add dQ in other orders here, so the check above can tell them apart.
+    for other in ("descending", "symmetric_shift"):
+        assert not np.array_equal(grads[other][1], grads["mirror"][1]), other
 
 
 def test_hidden_tiles_are_skipped_not_computed():

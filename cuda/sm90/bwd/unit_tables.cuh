@@ -57,13 +57,17 @@ __device__ __forceinline__ int visible_unit_tables(const AttentionParams& p, con
   named_barrier_sync(kMathBarrier, kMathThreads);
   const int num_steps = *unit_num_steps;
   const Schedule eff = effective_schedule(sp);
-  const bool by_kv_tile = eff == Schedule::kAscending || eff == Schedule::kDescending;
+  const bool by_kv_tile =
+      eff == Schedule::kAscending || eff == Schedule::kDescending || eff == Schedule::kMirror;
   for (int s = tid; s < num_steps && deterministic; s += kMathThreads) {
     const int m = visit_m[s];
     const int first = first_kv_tile(sp, m);
     int rank = 0;
-    if (by_kv_tile) {  // band ticket n - first: count the visible tiles before n
-      for (int n2 = first; n2 < u.n; ++n2) rank += pair_visible(m, n2) ? 1 : 0;
+    if (by_kv_tile) {  // band tickets by KV tile: count the visible tiles that go before n
+      const bool mirror = eff == Schedule::kMirror;  // descending n
+      const int lo = mirror ? u.n + 1 : first;
+      const int hi = mirror ? first + num_kv_tiles_seen(sp, m) : u.n;
+      for (int n2 = lo; n2 < hi; ++n2) rank += pair_visible(m, n2) ? 1 : 0;
     } else {
       const int ticket = dq_ticket(sp, u.head_linear, m, u.n);
       const int end = first + num_kv_tiles_seen(sp, m);

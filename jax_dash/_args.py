@@ -46,9 +46,9 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
     given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
     head is one slice (Nkv <= wave) and no segment ids are given; otherwise causal with segment
-    ids, or a window that hides some pair and whose left side reaches further than its right
-    (both clipped to the sequences; causal: right = 0) -> ``mirror``; otherwise ``descending``.
-    Why:
+    ids, a causal head longer than one symmetric_shift slice with square tiles (head_dim 64's),
+    or a window that hides some pair and whose left side reaches further than its right (both
+    clipped to the sequences; causal: right = 0) -> ``mirror``; otherwise ``descending``. Why:
 
     * causal: measured on an H100 (maintainers/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
@@ -80,6 +80,14 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       +16.6% (hd64) against mirror's +0.5..1.0%, close to the H100's descending
       (maintainers/perf-notes.md, twenty-sixth session: +4..9% hd128, +7..15% hd64); with a wider
       right side the two swap. A window that hides nothing is no window.
+    * a causal head longer than one symmetric_shift slice (Nkv / 2 > wave: > 33,792 tokens on a
+      132-SM GPU): on an H100 at 1 x 64k (maintainers/perf-notes.md, twenty-seventh session
+      call 9), backward / atomic's, head_dim 64 (128 x 128 tiles): descending 1.09, mirror 1.01,
+      symmetric_shift over several slices 1.03; head_dim 128 (64-row Q tiles): 1.07, 1.09, 1.05;
+      head_dim 256 (64 x 64 tiles, call 10) at 1 x 24k descending 1.24-1.27, mirror 1.09-1.12, at
+      40k a tie (1.12-1.16 against 1.11-1.18, two noisy rounds). So mirror with square tiles;
+      descending otherwise (symmetric_shift's bits over several slices would depend on the GPU's
+      resident CTAs).
 
     The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
     head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
@@ -95,6 +103,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
 
     if is_causal and not segment_ids and runs_as_one_slice("symmetric_shift", True):
         return "symmetric_shift"
+    if is_causal and not segment_ids and block_m == block_n:
+        effective, _ = _ffi.schedule_summary("symmetric_shift", seq_q, seq_kv, block_m, block_n,
+                                             True, wave, window)
+        if effective == "symmetric_shift":  # runs as itself, but a head spans several slices
+            return "mirror"
     if not is_causal and not segment_ids and runs_as_one_slice("shift", False):
         return "shift"
     if is_causal and segment_ids:

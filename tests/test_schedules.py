@@ -370,6 +370,13 @@ def test_choose_schedule():
                                 (100, 100, 132)):       # Nkv 1
         assert schedules.choose_schedule(seq_q=seq_q, seq_kv=seq_kv, is_causal=True,
                                          head_dim=128, wave=wave) == "descending"
+    # ... but with head_dim 64's square tiles a head longer than a slice runs mirror (the
+    # fallbacks stay descending).
+    for seq_q, seq_kv, want in ((40960, 40960, "mirror"), (65536, 65536, "mirror"),
+                                (32768, 32768, "symmetric_shift"), (4224, 4224, "descending"),
+                                (2048, 4096, "descending")):
+        assert schedules.choose_schedule(seq_q=seq_q, seq_kv=seq_kv, is_causal=True,
+                                         head_dim=64, wave=132) == want, seq_q
     assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=True, head_dim=128,
                                      wave=160) == "symmetric_shift"
     # Packed rows (segment ids given): causal mirror (each document a causal triangle), else
@@ -450,14 +457,17 @@ def test_choose_schedule_is_fast_at_16k():
 
 
 def _table_rule(*, seq_q, seq_kv, head_dim, is_causal, wave):
-    """choose_schedule as it was before the closed form: read from the head's full tables."""
+    """choose_schedule as it was before the closed form (read from the head's full tables), with
+    the square tiles' mirror for heads longer than a slice added since."""
     p = schedules.make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv,
                                head_dim=head_dim, is_causal=is_causal, wave=wave)
     if p.is_causal:
         tables = schedules.head_tables("symmetric_shift", p, 0)
-        if (tables["effective_schedule"] == "symmetric_shift"
-                and tables["items_per_head"] <= p.wave):
-            return "symmetric_shift"
+        if tables["effective_schedule"] == "symmetric_shift":
+            if tables["items_per_head"] <= p.wave:
+                return "symmetric_shift"
+            if p.block_m == p.block_n:
+                return "mirror"
     if not p.is_causal:
         tables = schedules.head_tables("shift", p, 0)
         if tables["effective_schedule"] == "shift" and tables["items_per_head"] <= p.wave:

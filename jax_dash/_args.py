@@ -95,21 +95,18 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     _check_head_problem(seq_q, seq_kv, head_dim, wave, window)
     _, _, block_m, block_n = _ffi.tile_config(head_dim)
 
-    def runs_as_one_slice(schedule, causal):
-        """Whether ``schedule`` runs as itself (no fallback) with a head in one slice."""
-        effective, items_per_head = _ffi.schedule_summary(schedule, seq_q, seq_kv, block_m,
-                                                          block_n, causal, wave, window)
-        return effective == schedule and items_per_head <= wave
-
-    if is_causal and not segment_ids and runs_as_one_slice("symmetric_shift", True):
-        return "symmetric_shift"
-    if is_causal and not segment_ids and block_m == block_n:
-        effective, _ = _ffi.schedule_summary("symmetric_shift", seq_q, seq_kv, block_m, block_n,
-                                             True, wave, window)
-        if effective == "symmetric_shift":  # runs as itself, but a head spans several slices
-            return "mirror"
-    if not is_causal and not segment_ids and runs_as_one_slice("shift", False):
-        return "shift"
+    if not segment_ids:
+        # The rotating schedule of this mask: where it runs as itself (no fallback), it is
+        # auto's with a head in one slice; a causal head over several slices runs mirror with
+        # square tiles.
+        rotating = "symmetric_shift" if is_causal else "shift"
+        effective, items_per_head = _ffi.schedule_summary(rotating, seq_q, seq_kv, block_m,
+                                                          block_n, is_causal, wave, window)
+        if effective == rotating:
+            if items_per_head <= wave:
+                return rotating
+            if is_causal and block_m == block_n:
+                return "mirror"
     if is_causal and segment_ids:
         return "mirror"
     if window is not None:  # how far each side reaches, clipped to the sequences

@@ -15,7 +15,9 @@ MASKS = ("full", "causal")
 # Backward FLOPs relative to forward: 5 matmuls against the forward's 2 (FlashAttention convention).
 BWD_FLOP_FACTOR = 2.5
 
-IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla", "fa3", "fa3_det", "tokamax")
+IMPLS = ("jax_dash", "cudnn", "cudnn_det", "xla", "fa3", "fa3_det", "tokamax", "triton_tutorial")
+DTYPES = ("bfloat16", "float16")
+DEFAULT_DTYPE = "bfloat16"
 # jax_dash.SCHEDULES, spelled out because the harness also runs (peers only) where jax_dash is not
 # importable, and its parent process imports no jax; tests/test_benchmarks.py checks the two agree.
 SCHEDULES = ("auto", "ascending", "descending", "shift", "symmetric_shift", "atomic", "mirror")
@@ -32,6 +34,7 @@ class Point:
     batch: int
     heads: int
     kv_heads: int | None = None  # GQA: None means heads (multi-head attention)
+    dtype: str = DEFAULT_DTYPE  # of q, k, v and dout
 
     def __post_init__(self):
         for name in ("head_dim", "seq", "batch", "heads"):
@@ -44,6 +47,8 @@ class Point:
                                           or self.heads % self.kv_heads):
             raise ValueError(f"Point.kv_heads={self.kv_heads!r} must be a positive int dividing "
                              f"heads={self.heads}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Point.dtype={self.dtype!r} must be one of {DTYPES}")
 
     @property
     def num_kv_heads(self) -> int:
@@ -56,11 +61,15 @@ class Point:
     @property
     def key(self) -> str:
         gqa = "" if self.num_kv_heads == self.heads else f"-kv{self.kv_heads}"
-        return f"hd{self.head_dim}-{self.mask}-s{self.seq}-b{self.batch}-h{self.heads}{gqa}"
+        # bf16 points keep the keys they had before the dtype was a field.
+        dtype = "" if self.dtype == DEFAULT_DTYPE else f"-{self.dtype}"
+        return f"hd{self.head_dim}-{self.mask}-s{self.seq}-b{self.batch}-h{self.heads}{gqa}{dtype}"
 
     def label(self) -> str:
         gqa = "" if self.num_kv_heads == self.heads else f" KV={self.kv_heads}"
-        return f"hd={self.head_dim} {self.mask} seq={self.seq} B={self.batch} H={self.heads}{gqa}"
+        dtype = "" if self.dtype == DEFAULT_DTYPE else f" {self.dtype}"
+        return (f"hd={self.head_dim} {self.mask} seq={self.seq} B={self.batch} "
+                f"H={self.heads}{gqa}{dtype}")
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -81,7 +90,7 @@ def backward_flops(p: Point) -> float:
 
 
 def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDEN,
-              group: int = 1) -> list[Point]:
+              group: int = 1, dtype: str = DEFAULT_DTYPE) -> list[Point]:
     """Paper grid: batch = tokens // seq, heads = hidden // head_dim; ordered hd, mask, seq.
     `group` > 1 makes GQA points: heads // group KV heads."""
     points = []
@@ -99,7 +108,8 @@ def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDE
                     raise ValueError(f"group={group} must divide heads={heads} (hidden // head_dim "
                                      f"at head_dim={head_dim})")
                 points.append(Point(head_dim=head_dim, seq=seq, mask=mask, batch=tokens // seq,
-                                    heads=heads, kv_heads=None if group == 1 else heads // group))
+                                    heads=heads, kv_heads=None if group == 1 else heads // group,
+                                    dtype=dtype))
     return points
 
 

@@ -46,7 +46,9 @@ FA3_BWD_TARGET = "flash_mha_bwd"
 FA3_HEAD_DIMS = (128,)  # flash-attn3-jax 0.2.3 ships kernels for head_dim 128 only
 TOKAMAX_IMPLEMENTATIONS = ("mosaic", "triton")
 # Peers whose forward and gradients are checked against the reference before being timed.
-CHECKED_IMPLS = ("fa3", "fa3_det", "tokamax")
+CHECKED_IMPLS = ("fa3", "fa3_det", "tokamax", "triton_tutorial")
+# Peers that run in PyTorch, not JAX: timed by their own module (_triton_tutorial.py).
+TORCH_IMPLS = ("triton_tutorial",)
 # Accuracy criterion (tests/helpers.py): max|peer - ref| <= 2 * max|naive_lowp - ref| + atol.
 CHECK_ATOL = 1e-3
 CHECK_MAX_BATCH = 1  # the check runs on a slice: attention is independent per (batch, head)
@@ -235,6 +237,9 @@ def attention_fn(impl: str, *, is_causal: bool, schedule: str | None = None,
         return fa3_fn(impl, is_causal=is_causal, head_dim=head_dim, window=window)
     if impl == "tokamax":
         return tokamax_fn(is_causal=is_causal, window=window)
+    if impl in TORCH_IMPLS:
+        raise Unavailable(f"{impl} runs in PyTorch, not as a JAX function: only its timing "
+                          f"(bench_attention.py's time items) is implemented")
     if impl == "jax_dash":
         try:
             import jax_dash
@@ -257,7 +262,7 @@ def attention_fn(impl: str, *, is_causal: bool, schedule: str | None = None,
         return lambda q, k, v: jax.nn.dot_product_attention(
             q, k, v, is_causal=is_causal, local_window_size=window, implementation="xla")
     raise ValueError(f"impl={impl!r} is not one of jax_dash, cudnn, cudnn_det, xla, fa3, "
-                     f"fa3_det, tokamax")
+                     f"fa3_det, tokamax, triton_tutorial")
 
 
 def _reference_module():
@@ -277,25 +282,33 @@ TENSORS = ("out", "dq", "dk", "dv")
 
 def check_against_reference(fn, q, k, v, dout, *, is_causal: bool, atol: float = CHECK_ATOL,
                             window=None):
-    """Checks fn's forward and gradients against jax_dash.reference on one input set.
-
-    Criterion (tests/helpers.py): for out, dq, dk, dv, max|peer - ref_fp32| <=
-    2 * max|naive_lowp - ref_fp32| + atol, naive_lowp being the reference computed in the input
-    dtype. The peer runs on the full inputs; the comparison uses the first CHECK_MAX_BATCH
-    sequences and CHECK_MAX_HEADS query heads (with their KV heads), since attention is
-    independent per (batch, head) and the reference materialises S^2 scores. Returns the check
-    (per tensor: error, budget, ok); raises Wrong if any tensor fails or is not finite.
-    """
+    """Checks fn's forward and gradients against jax_dash.reference on one input set: runs fn
+    and its VJP on the full inputs, then `check_outputs`. Raises Wrong as that does."""
     import jax
-    import jax.numpy as jnp
-    import numpy as np
-    ref_mod = _reference_module()
 
     def fwd_bwd(q, k, v, dout):
         out, vjp = jax.vjp(fn, q, k, v)
         return (out, *vjp(dout))
 
     got = jax.jit(fwd_bwd)(q, k, v, dout)
+    return check_outputs(got, q, k, v, dout, is_causal=is_causal, atol=atol, window=window)
+
+
+def check_outputs(got, q, k, v, dout, *, is_causal: bool, atol: float = CHECK_ATOL, window=None):
+    """Checks a peer's (out, dq, dk, dv) for inputs (q, k, v, dout), all [B, S, H, D], against
+    jax_dash.reference.
+
+    Criterion (tests/helpers.py): for out, dq, dk, dv, max|peer - ref_fp32| <=
+    2 * max|naive_lowp - ref_fp32| + atol, naive_lowp being the reference computed in the input
+    dtype. The comparison uses the first CHECK_MAX_BATCH sequences and CHECK_MAX_HEADS query
+    heads (with their KV heads), since attention is independent per (batch, head) and the
+    reference materialises S^2 scores. Returns the check (per tensor: error, budget, ok); raises
+    Wrong if any tensor fails or is not finite.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    ref_mod = _reference_module()
     heads, kv_heads = q.shape[2], k.shape[2]
     group = heads // kv_heads
     kv_keep = max(1, min(kv_heads, -(-CHECK_MAX_HEADS // group)))
@@ -370,11 +383,12 @@ def jitted_backward(fn):
     return jax.jit(residuals), jax.jit(backward)
 
 
-def random_inputs(point, *, num_sets: int, dtype_name: str = "bfloat16", seed: int = 0):
-    """`num_sets` independent (q, k, v, dout) tuples of standard normals (never zeros)."""
+def random_inputs(point, *, num_sets: int, dtype_name: str | None = None, seed: int = 0):
+    """`num_sets` independent (q, k, v, dout) tuples of standard normals (never zeros), in
+    `dtype_name` (default: `point.dtype`)."""
     import jax
     import jax.numpy as jnp
-    dtype = jnp.dtype(dtype_name)
+    dtype = jnp.dtype(dtype_name or point.dtype)
     shape = (point.batch, point.seq, point.heads, point.head_dim)
     kv_shape = (point.batch, point.seq, point.num_kv_heads, point.head_dim)
     sets = []

@@ -11,7 +11,8 @@ import _numerics
 
 DASH_HEADLINE = "jax_dash:auto"
 PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA", "fa3": "FA3",
-               "fa3_det": "FA3 det", "tokamax": "tokamax"}
+               "fa3_det": "FA3 det", "tokamax": "tokamax", "triton_tutorial": "Triton tutorial"}
+PEERS = ("cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax", "triton_tutorial", "xla")
 SHORT_SCHEDULE = {"auto": "auto", "ascending": "asc", "descending": "desc", "shift": "shift",
                   "symmetric_shift": "sym", "atomic": "atomic", "mirror": "mirror"}
 
@@ -33,7 +34,7 @@ def display_name(label: str) -> str:
 
 
 def ordered_labels(labels) -> list[str]:
-    order = ["cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax", "xla"] + [f"jax_dash:{s}" for s in _grid.SCHEDULES]
+    order = list(PEERS) + [f"jax_dash:{s}" for s in _grid.SCHEDULES]
     return [x for x in order if x in labels] + sorted(set(labels) - set(order))
 
 
@@ -189,7 +190,7 @@ def backward_table(res: Results) -> list[str]:
 
 def forward_table(res: Results) -> list[str]:
     points = res.time_points()
-    peers = [x for x in ("cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax", "xla")
+    peers = [x for x in PEERS
              if any((p, x) in res.timing for p in points)]
     header = ["hd", "mask", "seq", "jax_dash"] + [display_name(x) for x in peers] + ["jax_dash/cuDNN"]
     rows = []
@@ -320,16 +321,21 @@ def _min_sample_ms(res) -> str:
 
 def _backward_method(res) -> str:
     """How this file's backward times were taken: older runs subtracted the forward."""
-    methods = {result.get("bwd_method") for result in res.timing.values()}
+    methods = {result.get("bwd_method") for (_, label), result in res.timing.items()
+               if label != "triton_tutorial"}
+    torch_methods = {result.get("bwd_method") for (_, label), result in res.timing.items()
+                     if label == "triton_tutorial"}
+    torch_text = (" The Triton tutorial runs in PyTorch: " + "; ".join(sorted(torch_methods)) + "."
+                  if torch_methods else "")
     if methods == {None} or not methods:
         return ("**Backward time = time(jit(forward + VJP)) - time(jit(forward))**, the same "
-                "definition for every implementation.")
+                "definition for every implementation." + torch_text)
     text = ("**Backward time = time of a jitted VJP applied to residuals precomputed by a jitted "
             "forward** (the backward alone, as in a training step), the same for every "
             "implementation.")
     if None in methods:
         text += " Records from older runs in this file subtracted the forward instead."
-    return text
+    return text + torch_text
 
 
 def render_markdown(data: dict) -> str:
@@ -353,7 +359,9 @@ def render_markdown(data: dict) -> str:
     for run in data.get("runs", []):
         lines.append(f"- run {run.get('date', '?')} (git {run.get('git_commit') or '?'}): "
                      f"`{run.get('command', '?')}`")
-    lines += ["", "Method: bf16, tensors [batch, seq, heads, head_dim], self-attention. FLOPs: forward "
+    dtypes = sorted({p.dtype for p in res.time_points()}) or [_grid.DEFAULT_DTYPE]
+    lines += ["", f"Method: {', '.join(dtypes)}, tensors [batch, seq, heads, head_dim], "
+              "self-attention. FLOPs: forward "
               "4·B·H·S²·D (half for causal), backward 2.5x forward. Each time is the median over "
               f"samples of back-to-back calls (>= {_min_sample_ms(res)} ms per sample) after warm-up, "
               "rotating between 2 "

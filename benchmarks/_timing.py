@@ -24,22 +24,26 @@ def _block(tree):
     return jax.block_until_ready(tree)
 
 
-def time_function(fn, input_sets, *, iters: int, time_budget_s: float = 15.0) -> dict:
+def time_function(fn, input_sets, *, iters: int, time_budget_s: float = 15.0,
+                  block=None) -> dict:
     """Median seconds per call of `fn(*args)`, rotating through `input_sets`.
 
     Every input set is run once first (compile + warm-up). A sample dispatches `calls` calls
     back to back and blocks on the last one, so dispatch overlaps device work as in a training
     step; `calls` is chosen so a sample lasts >= MIN_SAMPLE_S. `iters` drops (to >= 3) when
     `iters` samples would exceed `time_budget_s`: slow implementations get fewer samples.
+    `block(result)` waits for a result (default: jax.block_until_ready; a PyTorch peer passes
+    one that synchronizes its stream).
     """
+    wait = block or _block
     if iters < 1:
         raise ValueError(f"iters={iters} must be >= 1")
     if not input_sets:
         raise ValueError("input_sets is empty; time_function needs at least one argument tuple")
     for args in input_sets:
-        _block(fn(*args))
+        wait(fn(*args))
     start = time.perf_counter()
-    _block(fn(*input_sets[0]))
+    wait(fn(*input_sets[0]))
     estimate = max(time.perf_counter() - start, 1e-7)
     calls = int(min(MAX_CALLS_PER_SAMPLE, max(1, math.ceil(MIN_SAMPLE_S / estimate))))
     samples_wanted = iters
@@ -53,7 +57,7 @@ def time_function(fn, input_sets, *, iters: int, time_budget_s: float = 15.0) ->
         for _ in range(calls):
             result = fn(*input_sets[call_index % len(input_sets)])
             call_index += 1
-        _block(result)
+        wait(result)
         samples.append((time.perf_counter() - start) / calls)
         del result
     return {

@@ -23,6 +23,7 @@ import _memory
 import _numerics
 import _peers
 import _timing
+import _triton_tutorial
 
 RECORD_PREFIX = "@@jax_dash_bench@@ "
 # Sent by a worker that quits on purpose (its device is unusable) after answering an item.
@@ -126,6 +127,8 @@ RESIDUALS_BUDGET_BYTES = 8 * 2**30
 
 def run_time(item: dict) -> dict:
     import jax
+    if item["impl"] in _peers.TORCH_IMPLS:
+        return _triton_tutorial.run_time(item)
     point = _grid.Point.from_json(item["point"])
     fn = _peers.attention_fn(item["impl"], is_causal=point.is_causal, schedule=item.get("schedule"),
                              head_dim=point.head_dim)

@@ -23,13 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# Imports run one way: bench_attention (the CLI) -> _report, _worker -> _memory, _numerics ->
-# _grid, _peers, _timing. bench_memory.py and bench_numerics.py are entry points over this file.
+# Imports run one way: bench_attention (the CLI) -> _report, _worker -> _memory, _numerics,
+# _triton_tutorial -> _grid, _peers, _timing. bench_memory.py and bench_numerics.py are entry points over this file.
 import _grid  # noqa: E402
 import _memory  # noqa: E402
 import _numerics  # noqa: E402
 import _peers  # noqa: E402
 import _report  # noqa: E402
+import _triton_tutorial  # noqa: E402
 import _worker  # noqa: E402
 
 SCRIPT = str(Path(__file__).resolve())
@@ -56,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=None, help=f"timed samples (default {DEFAULT_ITERS})")
     p.add_argument("--tokens", type=int, default=_grid.PAPER_TOKENS, help="batch*seq (default 16384)")
     p.add_argument("--hidden", type=int, default=_grid.PAPER_HIDDEN, help="heads*head_dim (default 2048)")
+    p.add_argument("--dtype", default=_grid.DEFAULT_DTYPE, choices=_grid.DTYPES,
+                   help=f"of q, k, v and dout (default {_grid.DEFAULT_DTYPE}; the Triton tutorial "
+                        f"needs float16)")
+    p.add_argument("--triton-tutorial", metavar="PATH", default=None,
+                   help="triton-lang/triton's python/tutorials/06-fused-attention.py, for the "
+                        "triton_tutorial peer (not in this repository)")
     p.add_argument("--group", type=int, default=1,
                    help="query heads per KV head (GQA; default 1: multi-head attention)")
     p.add_argument("--xla-max-seq", type=int, default=DEFAULT_XLA_MAX_SEQ,
@@ -106,7 +113,7 @@ class Options:
         self.timing = not args.skip_timing
         self.points = _grid.make_grid(self.head_dims, self.seqs, self.masks,
                                       tokens=args.tokens, hidden=args.hidden,
-                                      group=args.group) if self.timing else []
+                                      group=args.group, dtype=args.dtype) if self.timing else []
         self.memory_points = _memory.memory_points(
             _grid.parse_int_list(args.memory_seqs, name="--memory-seqs"),
             head_dim=args.memory_head_dim, heads=args.memory_heads,
@@ -116,6 +123,11 @@ class Options:
             self.masks, heads=args.numerics_heads) if args.numerics else []
         if not (self.points or self.memory_points or self.numerics_points):
             raise ValueError("nothing to do: --skip-timing needs --memory and/or --numerics")
+        self.triton_tutorial = args.triton_tutorial
+        if self.triton_tutorial is not None:
+            if not Path(self.triton_tutorial).is_file():
+                raise ValueError(f"--triton-tutorial={self.triton_tutorial!r} is not a file")
+            self.triton_tutorial = str(Path(self.triton_tutorial).resolve())
         self.xla_max_seq = args.xla_max_seq
         self.peak_size = args.peak_size
         self.item_timeout = args.item_timeout
@@ -238,6 +250,8 @@ def _skip(collector, items, reason):
 def run(opts: Options, command: str) -> Path:
     collector = Collector(opts, command)
     base_env = dict(os.environ)
+    if opts.triton_tutorial:
+        base_env[_triton_tutorial.TUTORIAL_ENV] = opts.triton_tutorial
     det_env = _peers.xla_flags_with_determinism(base_env)
     # Worker processes must not inherit a forced determinism flag for the default group.
     base_env["XLA_FLAGS"] = base_env.get("XLA_FLAGS", "").replace(_peers.DETERMINISTIC_XLA_FLAG, "").strip()
@@ -281,7 +295,8 @@ def run(opts: Options, command: str) -> Path:
 
     memory_items = [{"kind": "memory", "impl": impl, "schedule": "auto" if impl == "jax_dash" else None,
                      "point": p.to_json()}
-                    for p in opts.memory_points for impl in opts.impls if impl != "xla"]
+                    for p in opts.memory_points for impl in opts.impls
+                    if impl != "xla" and impl not in _peers.TORCH_IMPLS]
     if memory_items and not on_gpu:
         _skip(collector, memory_items, "peak device memory is only measured on GPU")
     for item in memory_items if on_gpu else []:

@@ -276,3 +276,77 @@ def test_window_reference_differs_from_causal():
     windowed = _peers.attention_fn("xla", is_causal=True, window=(63, 0))
     assert _peers.check_against_reference(windowed, q, k, v, dout, is_causal=True,
                                           window=(63, 0))["ok"]
+
+
+# ---- the Triton tutorial (a PyTorch peer; its timing path runs on a GPU only) ------------------
+
+def test_triton_tutorial_is_skipped_with_the_reason(monkeypatch, tmp_path):
+    import _triton_tutorial
+    fp16 = _grid.Point(head_dim=64, seq=256, mask="causal", batch=1, heads=2, dtype="float16")
+    monkeypatch.delenv(_triton_tutorial.TUTORIAL_ENV, raising=False)
+    record = run_worker_item(time_item("triton_tutorial", fp16))
+    assert record["error"] is None and "--triton-tutorial PATH" in record["skipped"]
+    # What the tutorial's kernels cannot take is said before anything is imported.
+    for point, words in ((POINT, "float16 only"),
+                         (_grid.Point(head_dim=64, seq=200, mask="full", batch=1, heads=2,
+                                      dtype="float16"), "seq % 128"),
+                         (_grid.Point(head_dim=64, seq=256, mask="full", batch=1, heads=4,
+                                      kv_heads=2, dtype="float16"), "GQA")):
+        record = run_worker_item(time_item("triton_tutorial", point))
+        assert record["error"] is None and words in record["skipped"], record
+    monkeypatch.setenv(_triton_tutorial.TUTORIAL_ENV, str(tmp_path / "missing.py"))
+    assert "is not a file" in run_worker_item(time_item("triton_tutorial", fp16))["skipped"]
+    tutorial = tmp_path / "06-fused-attention.py"
+    tutorial.write_text("attention = None\n")
+    monkeypatch.setenv(_triton_tutorial.TUTORIAL_ENV, str(tutorial))
+    skipped = run_worker_item(time_item("triton_tutorial", fp16))["skipped"]
+    assert any(s in skipped for s in ("needs PyTorch and Triton", "needs a CUDA GPU",
+                                      "defines no attention")), skipped
+    # It is not a JAX function: asking for one says so.
+    with pytest.raises(_peers.Unavailable, match="PyTorch"):
+        _peers.attention_fn("triton_tutorial", is_causal=True)
+
+
+def test_check_outputs_takes_numpy_outputs_of_a_torch_peer():
+    """The tutorial's outputs come back as numpy [B, S, H, D] float32 (exact from float16)."""
+    import numpy as np
+    q, k, v, dout = (np.asarray(jax.random.normal(jax.random.key(i), (1, 128, 2, 64),
+                                                  jnp.float16)) for i in range(4))
+    out, vjp = jax.vjp(lambda q, k, v: reference_attention(q, k, v, is_causal=True,
+                                                           compute_dtype=jnp.float32), q, k, v)
+    dout = dout.astype(np.float32)
+    got = [np.asarray(x, np.float32) for x in (out, *vjp(dout))]
+    dout = dout.astype(np.float16)
+    assert _peers.check_outputs(got, q, k, v, dout, is_causal=True)["ok"]
+    got[1] = got[1] * 2  # a wrong dq
+    with pytest.raises(_peers.Wrong, match="dq"):
+        _peers.check_outputs(got, q, k, v, dout, is_causal=True)
+
+
+def test_float16_points_have_their_own_keys():
+    bf16 = _grid.Point(head_dim=64, seq=256, mask="causal", batch=1, heads=2)
+    assert bf16.key == "hd64-causal-s256-b1-h2"  # keys of results.json files written before
+    fp16 = _grid.Point.from_json(dict(bf16.to_json(), dtype="float16"))
+    assert fp16.key == "hd64-causal-s256-b1-h2-float16" and "float16" in fp16.label()
+    assert _grid.Point.from_json({k: v for k, v in bf16.to_json().items() if k != "dtype"}) == bf16
+    with pytest.raises(ValueError, match="dtype"):
+        _grid.Point(head_dim=64, seq=256, mask="causal", batch=1, heads=2, dtype="float32")
+    assert {p.dtype for p in _grid.make_grid([64], [256], ["causal"], tokens=512, hidden=128,
+                                             dtype="float16")} == {"float16"}
+    (args,) = _peers.random_inputs(fp16, num_sets=1)
+    assert all(x.dtype == jnp.float16 for x in args)
+
+
+def test_bench_attention_options_for_the_tutorial(tmp_path):
+    import bench_attention
+    parse = lambda *a: bench_attention.Options(bench_attention.build_parser().parse_args(list(a)))
+    with pytest.raises(ValueError, match="--triton-tutorial"):
+        parse("--triton-tutorial", str(tmp_path / "missing.py"))
+    tutorial = tmp_path / "t.py"
+    tutorial.write_text("")
+    opts = parse("--triton-tutorial", str(tutorial), "--dtype", "float16", "--seqs", "1k",
+                 "--head-dims", "64")
+    assert opts.triton_tutorial == str(tutorial.resolve())
+    assert {p.dtype for p in opts.points} == {"float16"}
+    with pytest.raises(SystemExit):
+        parse("--dtype", "float32")

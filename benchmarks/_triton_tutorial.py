@@ -9,11 +9,11 @@ over the KV tiles, without atomics. Its kernels take float16 (P and dS are cast 
 The tutorial is not part of this repository and none of its code is copied here: the benchmark
 loads the file, as published for the installed Triton, from the path given by
 `bench_attention.py --triton-tutorial PATH` (exported to the workers as TUTORIAL_ENV), and
-calls its `attention(q, k, v, causal, sm_scale)` autograd function with its own defaults (on
-Hopper: the forward's autotuning, the backward's fixed tiles). Inputs are the same random
-tensors as every other impl's (`_peers.random_inputs`), moved to PyTorch by DLPack and
-transposed to [B, H, S, D] outside the timing. Its forward and gradients are checked against
-jax_dash.reference before it is timed (`_peers.check_outputs`), as for the other peers.
+calls its `attention(q, k, v, causal, sm_scale, warp_specialize)` autograd function as its own
+benchmark does (`_warp_specialize`; the forward autotunes, the backward has fixed tiles).
+Inputs are the same random tensors as every other impl's (`_peers.random_inputs`), copied to
+PyTorch and transposed to [B, H, S, D] outside the timing. Its forward and gradients are checked
+against jax_dash.reference before it is timed (`_peers.check_outputs`), as for the other peers.
 """
 
 from __future__ import annotations
@@ -85,6 +85,15 @@ def _unsupported(point) -> str | None:
     return None
 
 
+def _warp_specialize(module, causal: bool) -> bool:
+    """The tutorial's `warp_specialize` argument (its forward only), chosen as its own benchmark
+    chooses it: on Blackwell always, on Hopper only without the causal mask (Triton 3.6 fails to
+    compile its causal warp-specialized forward on an H100: "PassManager::run failed")."""
+    if callable(getattr(module, "is_blackwell", None)) and module.is_blackwell():
+        return True
+    return not causal
+
+
 def _file_info(path: Path) -> dict:
     return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
@@ -102,11 +111,12 @@ def run_time(item: dict) -> dict:
     import triton
 
     causal, scale = point.is_causal, 1.0 / math.sqrt(point.head_dim)
+    ws = _warp_specialize(module, causal)
     jax_sets = _peers.random_inputs(point, num_sets=item["num_sets"])
     jax.block_until_ready(jax_sets)
 
     def to_torch(x):  # [B, S, H, D] JAX array -> contiguous [B, H, S, D] CUDA tensor
-        return torch.from_numpy(np.asarray(x)).cuda().permute(0, 2, 1, 3).contiguous()
+        return torch.from_numpy(np.array(x)).cuda().permute(0, 2, 1, 3).contiguous()
 
     # q, k, v are leaves that require grad; autograd.grad returns the gradients without
     # accumulating them in .grad, so every call does the same work.
@@ -115,17 +125,17 @@ def run_time(item: dict) -> dict:
 
     def fwd(q, k, v):
         with torch.no_grad():
-            return module.attention(q, k, v, causal, scale)
+            return module.attention(q, k, v, causal, scale, ws)
 
     def forward_graph(q, k, v):
-        return (module.attention(q, k, v, causal, scale), q, k, v)
+        return (module.attention(q, k, v, causal, scale, ws), q, k, v)
 
     def bwd(graph, dout):
         out, q, k, v = graph
         return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
     def fwd_bwd(q, k, v, dout):
-        out = module.attention(q, k, v, causal, scale)
+        out = module.attention(q, k, v, causal, scale, ws)
         return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
     def block(_result):

@@ -30,6 +30,11 @@ MAX_HEAD_DIM = 256
 
 # ---- the "auto" schedule ----------------------------------------------------------------------
 
+# Causal heads with non-square tiles (head_dim 128's 64-row Q tiles) run mirror up to this many
+# KV tiles (1,024 tokens at head_dim 128), symmetric_shift beyond: see choose_schedule.
+MIRROR_MAX_KV_TILES = 8
+
+
 @functools.lru_cache(maxsize=1024)
 def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
                     wave: int, window: tuple[int, int] | None = None,
@@ -42,20 +47,26 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
     ``segment_ids``: whether the call passes segment ids (packed rows). That they are given is a
     static property of the call, like the window; their values (the data) are never looked at.
 
-    Rule: causal -> ``symmetric_shift`` where it runs as itself (seq_q == seq_kv, even Nkv, no
-    window that cuts a tile pair), a head is one slice (Nkv / 2 <= wave) and no segment ids are
-    given; full mask -> ``shift`` where it runs as itself (no window that cuts a tile pair), a
-    head is one slice (Nkv <= wave) and no segment ids are given; otherwise causal with segment
-    ids, a causal head longer than one symmetric_shift slice with square tiles (head_dim 64's),
-    or a window that hides some pair and whose left side reaches further than its right (both
-    clipped to the sequences; causal: right = 0) -> ``mirror``; otherwise ``descending``. Why:
+    Rule: causal, where symmetric_shift would run as itself (seq_q == seq_kv, even Nkv, no
+    window that cuts a tile pair) and no segment ids are given -> ``mirror`` with square tiles
+    (head_dim 64's and 256's) or at most MIRROR_MAX_KV_TILES KV tiles, else ``symmetric_shift``
+    where a head is one slice (Nkv / 2 <= wave); full mask -> ``shift`` where it runs as itself
+    (no window that cuts a tile pair), a head is one slice (Nkv <= wave) and no segment ids are
+    given; otherwise causal with segment ids, or a window that hides some pair and whose left
+    side reaches further than its right (both clipped to the sequences; causal: right = 0) ->
+    ``mirror``; otherwise ``descending``. Why:
 
     * causal: measured on an H100 (maintainers/results/2026-11-22-h100, bf16, seq 2k-8k, head_dim
       64/128) symmetric_shift's backward is 5-19% faster than descending's; the in-order-fetch
       simulator agrees in steady state (many heads). Where a head spans several slices (Nkv / 2 >
       wave) the simulator shows it losing (a slice waits for the previous slice's short columns
       on every tile), so auto keeps it to one slice per head, which also gives the same bits on
-      every GPU with at least Nkv / 2 resident CTAs.
+      every GPU with at least Nkv / 2 resident CTAs. mirror (below) against symmetric_shift on
+      an H100 (paper grid, 16k tokens, 512 ... 16k; maintainers/perf-notes.md, twenty-eighth
+      session call 4), backward: head_dim 64 -5.9, -4.3, -2.7, -0.9, -0.5, -1.6%; head_dim 256
+      -4.4, -2.0, -2.7, -3.3, -5.8, -2.5%; head_dim 128 -7.8, -3.9, -0.2, +2.0, +5.5% and a tie
+      at 16k. Its first items are the last KV tiles, whose bands are short: the short units go
+      first and the long ones fill the tail. Its bits do not depend on the wave.
     * segment ids: the Hopper backward leaves the tile pairs no query can see out of its visit
       order, so on packed rows most of a KV tile's band is gone and symmetric_shift's pairing of
       a long and a short column no longer balances anything: measured on an H100 (16k tokens,
@@ -85,9 +96,9 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
       call 9), backward / atomic's, head_dim 64 (128 x 128 tiles): descending 1.09, mirror 1.01,
       symmetric_shift over several slices 1.03; head_dim 128 (64-row Q tiles): 1.07, 1.09, 1.05;
       head_dim 256 (64 x 64 tiles, call 10) at 1 x 24k descending 1.24-1.27, mirror 1.09-1.12, at
-      40k a tie (1.12-1.16 against 1.11-1.18, two noisy rounds). So mirror with square tiles;
-      descending otherwise (symmetric_shift's bits over several slices would depend on the GPU's
-      resident CTAs).
+      40k a tie (1.12-1.16 against 1.11-1.18, two noisy rounds). So mirror with square tiles at
+      every length; head_dim 128 runs descending there (symmetric_shift's bits over several
+      slices would depend on the GPU's resident CTAs).
 
     The choice is read from ``cuda/schedule.h``'s closed form (effective schedule and items per
     head, O(1)); it never builds a head's tables, which are quadratic in the sequence length.
@@ -103,10 +114,11 @@ def choose_schedule(*, seq_q: int, seq_kv: int, head_dim: int, is_causal: bool,
         effective, items_per_head = _ffi.schedule_summary(rotating, seq_q, seq_kv, block_m,
                                                           block_n, is_causal, wave, window)
         if effective == rotating:
+            if is_causal and (block_m == block_n
+                              or -(-seq_kv // block_n) <= MIRROR_MAX_KV_TILES):
+                return "mirror"
             if items_per_head <= wave:
                 return rotating
-            if is_causal and block_m == block_n:
-                return "mirror"
     if is_causal and segment_ids:
         return "mirror"
     if window is not None:  # how far each side reaches, clipped to the sequences

@@ -40,7 +40,7 @@ import numpy as np
 
 import _jax_dash as _ext
 # The rule "auto" runs lives on the run path (jax_dash._args), which never imports this module.
-from jax_dash._args import AUTO_CANDIDATES, SCHEDULE_IDS, choose_schedule
+from jax_dash._args import AUTO_CANDIDATES, MIRROR_MAX_KV_TILES, SCHEDULE_IDS, choose_schedule
 
 SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_IDS.items()}
 

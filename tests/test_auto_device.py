@@ -14,9 +14,10 @@ pytestmark = pytest.mark.usefixtures("on_cpu")  # CPU kernels: conftest.py
 
 from jax_dash import _args
 
-# Causal, seq 1024, head_dim 64: Nkv = 8 tiles, 4 symmetric_shift items per head. A wave of 132
-# holds a head (symmetric_shift); a wave of 1 does not (mirror, for head_dim 64's square tiles).
-SHAPE = (1, 1024, 1, 64)
+# Causal, seq 2048, head_dim 128: Nkv = 16 tiles (more than _args.MIRROR_MAX_KV_TILES), 8
+# symmetric_shift items per head. A wave of 132 holds a head (symmetric_shift); a wave of 1 does
+# not (descending: head_dim 128's tiles are not square). head_dim 64's auto is mirror on any wave.
+SHAPE = (1, 2048, 1, 128)
 
 
 def _grads(schedule):
@@ -33,7 +34,7 @@ def test_concrete_inputs_choose_by_their_own_device(monkeypatch):
     q = jnp.zeros(SHAPE, jnp.float32)
     on_3, on_0 = jax.device_put(q, cpus[3]), jax.device_put(q, cpus[0])
     with jax.default_device(cpus[0]):
-        assert _args._auto_schedule(on_3, on_3, True) == "mirror"
+        assert _args._auto_schedule(on_3, on_3, True) == "descending"
     with jax.default_device(cpus[3]):
         assert _args._auto_schedule(on_0, on_0, True) == "symmetric_shift"
 
@@ -44,7 +45,7 @@ def test_traced_inputs_choose_by_the_platform_they_lower_for(monkeypatch):
     monkeypatch.setattr(_args, "_gpu_wave", lambda: 1)
     spec = jax.ShapeDtypeStruct(SHAPE, jnp.float32)
     assert _args._auto_schedule(spec, spec, True) == (
-        ("cpu", "symmetric_shift"), ("cuda", "mirror"))
+        ("cpu", "symmetric_shift"), ("cuda", "descending"))
     auto, q = _grads("auto")
     assert re.findall(r"schedule = \d+", auto.lower(q).as_text()) == ["schedule = 3"]
     expected, _ = _grads("symmetric_shift")

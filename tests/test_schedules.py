@@ -370,13 +370,21 @@ def test_choose_schedule():
                                 (100, 100, 132)):       # Nkv 1
         assert schedules.choose_schedule(seq_q=seq_q, seq_kv=seq_kv, is_causal=True,
                                          head_dim=128, wave=wave) == "descending"
-    # ... but with head_dim 64's square tiles a head longer than a slice runs mirror (the
-    # fallbacks stay descending).
-    for seq_q, seq_kv, want in ((40960, 40960, "mirror"), (65536, 65536, "mirror"),
-                                (32768, 32768, "symmetric_shift"), (4224, 4224, "descending"),
-                                (2048, 4096, "descending")):
-        assert schedules.choose_schedule(seq_q=seq_q, seq_kv=seq_kv, is_causal=True,
-                                         head_dim=64, wave=132) == want, seq_q
+    # ... but with square tiles (head_dim 64, 256) a causal head runs mirror at every length
+    # where symmetric_shift would run as itself (the fallbacks stay descending), and so does
+    # head_dim 128 up to MIRROR_MAX_KV_TILES KV tiles (1,024 tokens).
+    for head_dim, odd_nkv in ((64, 33 * 128), (256, 65 * 64)):
+        for seq_q, seq_kv, want in ((40960, 40960, "mirror"), (65536, 65536, "mirror"),
+                                    (32768, 32768, "mirror"), (512, 512, "mirror"),
+                                    (odd_nkv, odd_nkv, "descending"),
+                                    (2048, 4096, "descending")):
+            assert schedules.choose_schedule(seq_q=seq_q, seq_kv=seq_kv, is_causal=True,
+                                             head_dim=head_dim, wave=132) == want, seq_q
+    assert schedules.MIRROR_MAX_KV_TILES == 8
+    for seq, want in ((512, "mirror"), (1024, "mirror"), (1152, "descending"),
+                      (1280, "symmetric_shift"), (2048, "symmetric_shift")):
+        assert schedules.choose_schedule(seq_q=seq, seq_kv=seq, is_causal=True, head_dim=128,
+                                         wave=132) == want, seq
     assert schedules.choose_schedule(seq_q=40960, seq_kv=40960, is_causal=True, head_dim=128,
                                      wave=160) == "symmetric_shift"
     # Packed rows (segment ids given): causal mirror (each document a causal triangle), else
@@ -432,7 +440,8 @@ def test_auto_choice_does_not_depend_on_batch_or_heads(seq, head_dim, is_causal)
 def test_auto_rule_agrees_with_the_simulator_on_the_benchmark_grid(seq, head_dim):
     """The H100 grid (16k tokens, hidden 2048, wave 132): in the in-order-fetch model causal
     symmetric_shift is not slower than descending, and full-mask shift is within 5% of descending
-    (so auto's descending gives up little there)."""
+    (so auto's descending gives up little there). Auto runs symmetric_shift there with head_dim
+    128's tiles and mirror (measured faster on an H100) with head_dim 64's square ones."""
     batch, heads = 16384 // seq, 2048 // head_dim
     times = {}
     for causal, name in ((True, "symmetric_shift"), (True, "descending"), (False, "shift"),
@@ -444,7 +453,8 @@ def test_auto_rule_agrees_with_the_simulator_on_the_benchmark_grid(seq, head_dim
     assert times[True, "symmetric_shift"] <= times[True, "descending"]
     assert 0.95 <= times[False, "shift"] / times[False, "descending"] <= 1.05
     assert schedules.choose_schedule(seq_q=seq, seq_kv=seq, head_dim=head_dim, is_causal=True,
-                                     wave=132) == "symmetric_shift"
+                                     wave=132) == ("mirror" if head_dim == 64
+                                                   else "symmetric_shift")
 
 
 def test_choose_schedule_is_fast_at_16k():
@@ -458,16 +468,16 @@ def test_choose_schedule_is_fast_at_16k():
 
 def _table_rule(*, seq_q, seq_kv, head_dim, is_causal, wave):
     """choose_schedule as it was before the closed form (read from the head's full tables), with
-    the square tiles' mirror for heads longer than a slice added since."""
+    the mirror for square tiles and short heads added since."""
     p = schedules.make_problem(batch=1, num_heads=1, seq_q=seq_q, seq_kv=seq_kv,
                                head_dim=head_dim, is_causal=is_causal, wave=wave)
     if p.is_causal:
         tables = schedules.head_tables("symmetric_shift", p, 0)
         if tables["effective_schedule"] == "symmetric_shift":
+            if p.block_m == p.block_n or p.num_kv_tiles <= schedules.MIRROR_MAX_KV_TILES:
+                return "mirror"
             if tables["items_per_head"] <= p.wave:
                 return "symmetric_shift"
-            if p.block_m == p.block_n:
-                return "mirror"
     if not p.is_causal:
         tables = schedules.head_tables("shift", p, 0)
         if tables["effective_schedule"] == "shift" and tables["items_per_head"] <= p.wave:

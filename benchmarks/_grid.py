@@ -89,6 +89,14 @@ def backward_flops(p: Point) -> float:
     return BWD_FLOP_FACTOR * forward_flops(p)
 
 
+def tflops(p: Point, timed: dict) -> dict:
+    """TFLOP/s of a time item's result (its "fwd", "bwd" and "fwd_bwd" median seconds)."""
+    fwd, bwd = forward_flops(p), backward_flops(p)
+    return {"fwd": fwd / timed["fwd"]["median_s"] / 1e12,
+            "bwd": bwd / timed["bwd"]["median_s"] / 1e12,
+            "fwd_bwd": (fwd + bwd) / timed["fwd_bwd"]["median_s"] / 1e12}
+
+
 def make_grid(head_dims, seqs, masks, *, tokens=PAPER_TOKENS, hidden=PAPER_HIDDEN,
               group: int = 1, dtype: str = DEFAULT_DTYPE) -> list[Point]:
     """Paper grid: batch = tokens // seq, heads = hidden // head_dim; ordered hd, mask, seq.

@@ -159,12 +159,7 @@ def run_time(item: dict) -> dict:
     out["fwd_bwd"] = _timing.time_function(fwd_bwd, sets, **budget)
     out["bwd_s"] = out["bwd"]["median_s"]
     out["bwd_method"] = BWD_METHOD
-    flops_fwd = _grid.forward_flops(point)
-    out["tflops"] = {
-        "fwd": flops_fwd / out["fwd"]["median_s"] / 1e12,
-        "bwd": _grid.backward_flops(point) / out["bwd_s"] / 1e12,
-        "fwd_bwd": (flops_fwd + _grid.backward_flops(point)) / out["fwd_bwd"]["median_s"] / 1e12,
-    }
+    out["tflops"] = _grid.tflops(point, out)
     out["repeat"] = _bitwise_repeatable(fwd_bwd, sets[0], repeats=item["repeats"])
     return out
 

@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Imports run one way: bench_attention (the CLI) -> _report, _worker -> _memory, _numerics,
-# _triton_tutorial -> _grid, _peers, _timing. bench_memory.py and bench_numerics.py are entry points over this file.
+# _triton_tutorial -> _grid, _peers, _timing. bench_memory.py and bench_numerics.py are entry
+# points over this file.
 import _grid  # noqa: E402
 import _memory  # noqa: E402
 import _numerics  # noqa: E402

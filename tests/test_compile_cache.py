@@ -160,9 +160,10 @@ def test_other_eager_paths_compile_once(path):
 
 def test_a_per_platform_schedule_choice_compiles_once(monkeypatch):
     """Traced inputs (an eager grad's) where auto chooses differently per platform: the backward
-    is a platform_dependent of the two schedules' ops (here a GPU of wave 1 is pretended)."""
+    is a platform_dependent of the two schedules' ops (here a GPU of wave 1 is pretended; at
+    head_dim 128 and 2048 tokens auto's causal choice depends on the wave)."""
     monkeypatch.setattr(_args, "_gpu_wave", lambda: 1)
-    q = jax.random.normal(jax.random.PRNGKey(1), (1, 1024, 1, 64), jnp.float32)
+    q = jax.random.normal(jax.random.PRNGKey(1), (1, 2048, 1, 128), jnp.float32)
     assert isinstance(_args._auto_schedule(jax.ShapeDtypeStruct(q.shape, q.dtype),
                                            jax.ShapeDtypeStruct(q.shape, q.dtype), True), tuple)
 

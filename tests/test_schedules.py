@@ -542,12 +542,13 @@ def test_bad_arguments_are_named():
 def test_cli_prints_table_and_draws_gantt(tmp_path, capsys):
     png = tmp_path / "gantt.png"
     pytest.importorskip("matplotlib", reason="the --plot option needs matplotlib")
-    assert schedules.main(["--seq", "1024", "--head-dim", "128", "--heads", "2", "--causal",
+    assert schedules.main(["--seq", "2048", "--head-dim", "128", "--heads", "2", "--causal",
                            "--sms", "8", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     for name in ALL:
         assert name in out
-    assert 'schedule="auto" picks: symmetric_shift' in out  # causal, Nkv 8, one slice
+    # causal, Nkv 16 (> MIRROR_MAX_KV_TILES), 8 items: one slice of the 8 SMs
+    assert 'schedule="auto" picks: symmetric_shift' in out
     assert png.stat().st_size > 10_000
 
 

@@ -8,6 +8,7 @@ import re
 import _grid
 import _memory
 import _numerics
+import _peers
 
 DASH_HEADLINE = "jax_dash:auto"
 PEER_LABELS = {"cudnn": "cuDNN", "cudnn_det": "cuDNN det", "xla": "XLA", "fa3": "FA3",
@@ -322,9 +323,9 @@ def _min_sample_ms(res) -> str:
 def _backward_method(res) -> str:
     """How this file's backward times were taken: older runs subtracted the forward."""
     methods = {result.get("bwd_method") for (_, label), result in res.timing.items()
-               if label != "triton_tutorial"}
+               if label not in _peers.TORCH_IMPLS}
     torch_methods = {result.get("bwd_method") for (_, label), result in res.timing.items()
-                     if label == "triton_tutorial"}
+                     if label in _peers.TORCH_IMPLS}
     torch_text = (" The Triton tutorial runs in PyTorch: " + "; ".join(sorted(torch_methods)) + "."
                   if torch_methods else "")
     if methods == {None} or not methods:

@@ -41,11 +41,16 @@
 //   descending  as ascending, but Q tiles visited descending (the band range from its last tile).
 //               Same tickets (so the same dQ bits). On any band every wait is on a smaller item.
 //               Causal: every item starts on the last Q tile and item j idles only ~j*r.
-//   shift       full mask: item n at step k visits m = (n + k) mod Nq (every item of a slice starts
-//               on a different tile); ticket = lo + arrival rank of n at tile m among the slice's
-//               items [lo, hi), arrival ordered by (step, item). When a slice holds more items
-//               than Nq (R = hi - lo > Nq), items n and n + Nq meet on the same tile at the same
-//               step and the smaller one goes first (defined, no assertion).
+//   shift       full mask: item n at step k visits m = (r n + k) mod Nq, r = shift_stride (every
+//               item of a slice starts on a different tile); ticket = lo + arrival rank of n at
+//               tile m among the slice's items [lo, hi), arrival ordered by (step, item). r is 1
+//               unless Nq >= 2 Nkv (head_dim 128's 64-row Q tiles against 128-key tiles), where
+//               r = floor(Nq / Nkv): the items start r tiles apart, so the contributions to a
+//               tile arrive r steps apart and each ticket hand-over has r steps to land (with
+//               r = 1 a head's items move in lockstep and every hand-over has one).
+//               When a slice holds more items than Nq (R = hi - lo > Nq, so r = 1), items n and
+//               n + Nq meet on the same tile at the same step and the smaller one goes first
+//               (defined, no assertion).
 //               Fallback: causal masks, and windows that cut any tile pair (a band), behave as
 //               `descending` (the rotation needs every Q tile on every item).
 //               Tickets depend on the slices, i.e. on min(W, Nkv) (see "What the bits depend on").
@@ -313,6 +318,14 @@ JAX_DASH_HD inline WaveSlice wave_slice(const ScheduleProblem& p, int /*head*/, 
 
 // ---- visit orders -----------------------------------------------------------------------------
 
+// shift's stride r (the header comment): floor(Nq / Nkv) where that is >= 2, else 1. r Nkv <= Nq,
+// so a head's items start on distinct Q tiles.
+JAX_DASH_HD inline int shift_stride(const ScheduleProblem& p) {
+  return p.num_kv_tiles > 0 && p.num_q_tiles >= 2 * p.num_kv_tiles
+             ? p.num_q_tiles / p.num_kv_tiles
+             : 1;
+}
+
 // Number of Q tiles that KV tile n visits (the same for every schedule).
 JAX_DASH_HD inline int q_visit_count(const ScheduleProblem& p, int /*head*/, int n) {
   return end_q_tile(p, n) - first_q_tile(p, n);
@@ -326,7 +339,7 @@ JAX_DASH_HD inline int q_visit_tile(const ScheduleProblem& p, int /*head*/, int 
     case Schedule::kMirror:
       return first_q_tile(p, n) + step;
     case Schedule::kShift:  // full mask only
-      return static_cast<int>((static_cast<int64_t>(n) + step) % nq);
+      return static_cast<int>((static_cast<int64_t>(shift_stride(p)) * n + step) % nq);
     case Schedule::kSymmetricShift: {
       const int half = p.num_kv_tiles / 2;
       const int split = first_q_tile(p, half);  // long columns ascend below it, descend above
@@ -372,6 +385,32 @@ JAX_DASH_HD inline int shift_arrival_rank(int nq, int lo, int hi, int m, int n) 
   return static_cast<int>(earlier_steps + same_step_smaller);
 }
 
+// floor(v / d) for d >= 1 and any v.
+JAX_DASH_HD inline int64_t floor_div(int64_t v, int64_t d) {
+  return v >= 0 ? v / d : -((-v + d - 1) / d);
+}
+
+// #{x in [lo, hi) : a < r x <= b}, r >= 1 (a and b may be negative).
+JAX_DASH_HD inline int64_t count_multiples_in(int64_t lo, int64_t hi, int64_t r, int64_t a,
+                                              int64_t b) {
+  const int64_t above = floor_div(a, r) + 1;
+  const int64_t below = floor_div(b, r);
+  const int64_t first = above > lo ? above : lo;
+  const int64_t last = below < hi - 1 ? below : hi - 1;
+  return last >= first ? last - first + 1 : 0;
+}
+
+// shift with stride r >= 2 (then r Nkv <= Nq, so r x < Nq and no two items meet): rank of item n's
+// arrival at tile m among the slice's items [lo, hi). Item x reaches m at step (m - r x) mod Nq,
+// which is < step(n) iff r x lies in (m - step, m] or, wrapping, in (m - step + Nq, m + Nq].
+JAX_DASH_HD inline int strided_shift_arrival_rank(int nq, int r, int lo, int hi, int m, int n) {
+  const int64_t period = nq;
+  const int64_t step = ((static_cast<int64_t>(m) - static_cast<int64_t>(r) * n) % period +
+                        period) % period;
+  return static_cast<int>(count_multiples_in(lo, hi, r, m - step, m) +
+                          count_multiples_in(lo, hi, r, m - step + period, m + period));
+}
+
 // symmetric_shift: ticket of (m, n), n a column of pair item p (see the header comment).
 JAX_DASH_HD inline int symmetric_shift_ticket(const ScheduleProblem& p, int head, int m, int n) {
   const int nkv = p.num_kv_tiles;
@@ -403,7 +442,10 @@ JAX_DASH_HD inline int dq_ticket(const ScheduleProblem& p, int head, int m, int 
   switch (effective_schedule(p)) {
     case Schedule::kShift: {
       const WaveSlice s = wave_slice(p, head, n);
-      return s.first + detail::shift_arrival_rank(p.num_q_tiles, s.first, s.end, m, n);
+      const int r = shift_stride(p);
+      return s.first + (r == 1 ? detail::shift_arrival_rank(p.num_q_tiles, s.first, s.end, m, n)
+                                : detail::strided_shift_arrival_rank(p.num_q_tiles, r, s.first,
+                                                                     s.end, m, n));
     }
     case Schedule::kSymmetricShift:
       return detail::symmetric_shift_ticket(p, head, m, n);

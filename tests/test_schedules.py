@@ -257,6 +257,48 @@ def test_shift_full_closed_form(nq, nkv):
     assert result.stall.max() == 0.0
 
 
+@pytest.mark.parametrize("seq_q,seq_kv,block_m,block_n", [
+    (2048, 2048, 64, 128),   # head_dim 128's tiles: Nq = 2 Nkv, stride 2
+    (1000, 300, 64, 64),     # Nq 16, Nkv 5: stride 3
+    (4096, 256, 64, 64),     # stride 16
+    (700, 300, 64, 128),     # Nq 11, Nkv 3: stride 3, partial tiles
+    (512, 512, 64, 64),      # square tiles: stride 1
+    (300, 900, 64, 64),      # Nkv > Nq: stride 1, items meet when a slice holds more than Nq
+])
+@pytest.mark.parametrize("wave", [1, 3, 7, 132])
+def test_shift_visits_and_tickets_by_definition(seq_q, seq_kv, block_m, block_n, wave):
+    """shift as cuda/schedule.h defines it, recomputed by brute force: item n visits Q tile
+    (r n + k) mod Nq at step k, r = floor(Nq / Nkv) where that is >= 2, else 1; a tile's tickets
+    are the head's earlier slices first, then the slice's items by (arrival step, item)."""
+    p = problem(seq_q, seq_kv, causal=False, wave=wave, block_m=block_m, block_n=block_n)
+    t = schedules.head_tables("shift", p, 0)
+    assert t["effective_schedule"] == "shift"
+    nq, nkv = p.num_q_tiles, p.num_kv_tiles
+    r = nq // nkv if nq >= 2 * nkv else 1
+    items = np.arange(nkv)
+    steps = np.arange(nq)
+    np.testing.assert_array_equal(t["visit"], (r * items[:, None] + steps[None, :]) % nq)
+    for m in range(nq):
+        for n in range(nkv):
+            lo, hi = int(t["wave_first"][n]), int(t["wave_end"][n])
+            arrival = lambda x: ((m - r * x) % nq, x)  # noqa: E731
+            rank = sum(arrival(x) < arrival(n) for x in range(lo, hi))
+            assert t["ticket"][m, n] == lo + rank, (m, n)
+
+
+def test_shift_stride_spaces_a_tiles_contributions():
+    """With head_dim 128's tiles (Nq = 2 Nkv) consecutive tickets of a tile arrive 2 steps apart
+    inside a slice (1 with square tiles): the slack each ticket hand-over has to land."""
+    for block_m, want in ((64, 2), (128, 1)):
+        p = problem(4096, 4096, causal=False, wave=132, block_m=block_m, block_n=128)
+        t = schedules.head_tables("shift", p, 0)
+        nq = p.num_q_tiles
+        arrival_step = np.argsort(t["visit"], axis=1)  # [n, m]: the step item n reaches m
+        for m in range(nq):
+            by_ticket = arrival_step[np.argsort(t["ticket"][m]), m]
+            assert np.diff(by_ticket).min() == want, m
+
+
 @pytest.mark.parametrize("seq,block_m,block_n,heads", [(1024, 64, 64, 1), (1024, 64, 128, 1),
                                                       (2048, 64, 128, 3), (896, 64, 64, 2),
                                                       (1000, 64, 128, 2)])

@@ -18,6 +18,11 @@ template <class Element, int kHeadDim>
 cudaError_t launch_preprocess(const AttentionParams& p, const BwdWorkspaceLayout& ws,
                               int64_t rows_q, int64_t blocks, const UnitTables& tables,
                               cudaStream_t stream) {
+  // 16-byte loads; the main kernel's TMA loads of dout need the same alignment, which XLA's
+  // buffers have.
+  if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.dout) % 16 != 0)
+    return cudaErrorMisalignedAddress;
   bwd_preprocess_kernel<Element, kHeadDim>
       <<<static_cast<unsigned>(blocks), kPreprocessWarps * 32, 0, stream>>>(
           static_cast<const Element*>(p.out), static_cast<const Element*>(p.dout), p.lse,

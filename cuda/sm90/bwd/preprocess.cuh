@@ -48,9 +48,9 @@ __device__ __forceinline__ void fill_unit_tables(const UnitTables& t, int64_t bl
   t.ticket[entry] = t.deterministic ? dq_ticket(t.sp, 0, m, n) : 0;
 }
 
-// Rows of one warp: enough that a lane has 32 two-byte loads in flight (hd64: 8 rows, hd128: 4,
-// hd256: 2). One row a warp left a warp with a few hundred bytes in flight and made 65k tiny blocks:
-// 36-60% of DRAM peak on an H100 (maintainers/perf-notes.md, thirteenth session).
+// Rows of one warp: 512 elements of each tensor (hd64: 8 rows, hd128: 4, hd256: 2), two 16-byte
+// loads a lane. One row a warp left a warp with a few hundred bytes in flight and made 65k tiny
+// blocks: 36-60% of DRAM peak on an H100 (maintainers/perf-notes.md, thirteenth session).
 template <int kHeadDim>
 constexpr int preprocess_rows_per_warp() {
   static_assert(512 % kHeadDim == 0, "head_dim 64, 128 or 256");
@@ -66,9 +66,13 @@ constexpr int preprocess_rows_per_block() {
 // head (rows_q is a multiple of every Q tile, and so of the rows a warp takes). Each row's
 // arithmetic is the one-row-a-warp kernel's, operation for operation: lane l sums o * do over the
 // columns l, l + 32, ... as an FMA chain from 0, then a fixed xor butterfly, so dsum has the same
-// bits; only the loads of all the warp's rows are issued before the first FMA. Rows >= seq_q get
-// dsum 0 and lse_log2 +inf, which makes P = exp2(s - lse_log2) exactly 0 there; so does a row whose
-// lse is -inf (it saw no key). The last tables.blocks blocks fill the unit tables instead.
+// bits. The warp's rows arrive in shared memory first, as 16-byte loads (out and dout 16-byte
+// aligned: launch_preprocess), and each lane reads its columns from there. (Two-byte loads
+// straight into the FMA chains cost ~450 instructions a warp, most of them addresses, and the
+// kernel ran at ~72% of DRAM peak on an H100: maintainers/perf-notes.md, twenty-ninth session.)
+// Rows >= seq_q get dsum 0 and lse_log2 +inf, which makes P = exp2(s - lse_log2) exactly 0
+// there; so does a row whose lse is -inf (it saw no key). The last tables.blocks blocks fill the
+// unit tables instead.
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(kPreprocessWarps * 32)
     bwd_preprocess_kernel(const Element* __restrict__ out, const Element* __restrict__ dout,
@@ -77,7 +81,13 @@ __global__ void __launch_bounds__(kPreprocessWarps * 32)
                           int num_heads, int64_t rows_q, const UnitTables tables) {
   constexpr int kRows = preprocess_rows_per_warp<kHeadDim>();
   constexpr int kPerLane = kHeadDim / 32;  // columns of one row a lane sums
+  constexpr int kElems = kRows * kHeadDim;  // one tensor's elements of a warp's rows: 512
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(Element));  // elements of a 16-byte load
+  constexpr int kChunksPerLane = kElems / kChunk / 32;
   static_assert(kHeadDim % 32 == 0, "a row is whole warps of columns");
+  static_assert(kHeadDim % kChunk == 0 && kChunksPerLane * kChunk * 32 == kElems,
+                "a row is whole 16-byte chunks, a warp's rows whole loads of every lane");
+  __shared__ alignas(16) Element stage[kPreprocessWarps][2][kElems];
   const int lane = threadIdx.x % 32;
   const int64_t total_rows = batch * num_heads * rows_q;
   const int64_t row_blocks = ceil_div(total_rows, preprocess_rows_per_block<kHeadDim>());
@@ -92,26 +102,39 @@ __global__ void __launch_bounds__(kPreprocessWarps * 32)
   const int64_t bh = first_row / rows_q;
   const int64_t b = bh / num_heads;
   const int h = static_cast<int>(bh % num_heads);
+  // Element e of row r: out[row_base(r) + e]; rows past seq_q read as +0 (zero bits).
+  auto row_base = [&](int r) { return ((b * seq_q + row0 + r) * num_heads + h) * kHeadDim; };
+  Element* const so = stage[threadIdx.x / 32][0];
+  Element* const sg = stage[threadIdx.x / 32][1];
 
-  float o[kRows][kPerLane];
-  float g[kRows][kPerLane];
+  uint4 o[kChunksPerLane];
+  uint4 g[kChunksPerLane];
   CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) {
+  for (int i = 0; i < kChunksPerLane; ++i) {
+    const int chunk = lane + 32 * i;
+    const int r = chunk / (kHeadDim / kChunk);
+    const int64_t at = row_base(r) + (chunk % (kHeadDim / kChunk)) * kChunk;
     const bool valid = row0 + r < seq_q;
-    const int64_t base = ((b * seq_q + row0 + r) * num_heads + h) * kHeadDim;
-    CUTE_UNROLL
-    for (int j = 0; j < kPerLane; ++j) {
-      o[r][j] = valid ? static_cast<float>(out[base + lane + 32 * j]) : 0.f;
-      g[r][j] = valid ? static_cast<float>(dout[base + lane + 32 * j]) : 0.f;
-    }
+    o[i] = valid ? __ldg(reinterpret_cast<const uint4*>(out + at)) : make_uint4(0, 0, 0, 0);
+    g[i] = valid ? __ldg(reinterpret_cast<const uint4*>(dout + at)) : make_uint4(0, 0, 0, 0);
   }
+  CUTE_UNROLL
+  for (int i = 0; i < kChunksPerLane; ++i) {
+    reinterpret_cast<uint4*>(so)[lane + 32 * i] = o[i];
+    reinterpret_cast<uint4*>(sg)[lane + 32 * i] = g[i];
+  }
+  __syncwarp();
+
   float mine = 0.f;  // lane r < kRows: row r's sum
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     // A row past seq_q sums zeros: +0, as the one-row kernel's untouched accumulator.
     float acc = 0.f;
     CUTE_UNROLL
-    for (int j = 0; j < kPerLane; ++j) acc = fmaf(o[r][j], g[r][j], acc);
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = r * kHeadDim + lane + 32 * j;
+      acc = fmaf(static_cast<float>(so[e]), static_cast<float>(sg[e]), acc);
+    }
     // Fixed butterfly order: the same bits every run.
     CUTE_UNROLL
     for (int offset = 16; offset > 0; offset /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, offset);

@@ -385,16 +385,12 @@ JAX_DASH_HD inline int shift_arrival_rank(int nq, int lo, int hi, int m, int n) 
   return static_cast<int>(earlier_steps + same_step_smaller);
 }
 
-// floor(v / d) for d >= 1 and any v.
-JAX_DASH_HD inline int64_t floor_div(int64_t v, int64_t d) {
-  return v >= 0 ? v / d : -((-v + d - 1) / d);
-}
-
-// #{x in [lo, hi) : a < r x <= b}, r >= 1 (a and b may be negative).
+// #{x in [lo, hi) : a < r x <= b}, for 0 <= lo, r >= 1, b >= 0 (a may be negative: then every
+// x >= 0 is above it).
 JAX_DASH_HD inline int64_t count_multiples_in(int64_t lo, int64_t hi, int64_t r, int64_t a,
                                               int64_t b) {
-  const int64_t above = floor_div(a, r) + 1;
-  const int64_t below = floor_div(b, r);
+  const int64_t above = a < 0 ? 0 : a / r + 1;
+  const int64_t below = b / r;
   const int64_t first = above > lo ? above : lo;
   const int64_t last = below < hi - 1 ? below : hi - 1;
   return last >= first ? last - first + 1 : 0;

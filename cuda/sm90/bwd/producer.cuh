@@ -20,8 +20,9 @@ namespace jax_dash::sm90::bwd {
 using namespace cute;
 
 // ---- producer warp ------------------------------------------------------------------------------
-// Per unit the Scheduler publishes (UnitScheduler::published), K and V once and each step's Q/dO
-// stage in visit order (visit_m: the unit's visit order in shared memory).
+// Per unit the Scheduler publishes (UnitScheduler::fetched), K and V once (kKVFirst: before the
+// unit's tables are published) and each step's Q/dO stage in visit order (visit_m: the unit's
+// visit order in shared memory).
 template <class Traits_>
 struct WsProducer {
   using Traits = Traits_;
@@ -65,19 +66,25 @@ __device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>&
   Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
 
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring, as the math and the writer count it
+  auto load_kv = [&](const WsUnit& unit) JAX_DASH_INLINE {
+    if (!leader) return;
+    const int b = unit.head_linear / p.num_heads;
+    const int kvh = unit.head_linear % p.num_heads / group;
+    Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(unit.n, _0{}));
+    Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(unit.n, _0{}));
+    Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
+    copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
+    copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
+  };
   WsUnit u;
-  while (Scheduler::published(P, smem, &u)) {
+  // Scheduler::kKVFirst: K and V as soon as the unit is published, before its tables are.
+  while (Scheduler::fetched(P, smem, &u, [&](const WsUnit& unit) JAX_DASH_INLINE {
+    if constexpr (Scheduler::kKVFirst) load_kv(unit);
+  })) {
     const int num_steps = u.num_steps;
     const int b = u.head_linear / p.num_heads;
     const int h = u.head_linear % p.num_heads;
-    const int kvh = h / group;
-    if (num_steps > 0 && leader) {
-      Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
-      Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
-      Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
-      copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
-      copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
-    }
+    if (!Scheduler::kKVFirst && num_steps > 0) load_kv(u);
     Tensor gQ = local_tile(mQ(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));   // (Bm,d,Nq)
     Tensor gdO = local_tile(mdO(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (Bm,d,Nq)
     Tensor tQgQ = tma_q.partition_S(gQ);     // (TMA,TMA_M,TMA_D,Nq)

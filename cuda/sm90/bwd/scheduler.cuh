@@ -28,20 +28,29 @@ __device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t i
 
 // The work-unit schedule, in the role of FA3's tile scheduler: one item per CTA at a time, taken in
 // increasing global order, so that cuda/schedule.h's deadlock argument applies (a ticket wait only
-// ever waits on an item some resident CTA already holds). The math warpgroups fetch (the first
-// math thread takes the rest of its item, else the next untaken item, only after every role has
-// finished the previous unit) and publish a unit at the unit barrier; the producer and the writer
-// receive it there.
+// ever waits on an item some resident CTA already holds). The first math thread fetches (the rest
+// of its item, else the next untaken item, only after every role has finished the previous unit)
+// and the math warpgroups and the producer read the unit at the fetch barrier; the math
+// warpgroups then copy its visit order, tickets and step count into shared memory and publish
+// them to the producer and the writers at the unit barrier.
 template <class Traits>
 struct UnitScheduler {
   using Storage = typename Traits::SharedStorage;
+  static constexpr int kFetchThreads = Traits::kMathThreads + 32;  // math + the producer warp
+  // kKVFirst (the unmasked kernels, whose units come from the unit tables): the producer loads a
+  // unit's K and V between the two barriers, under the math's copy of the tables (~2k cycles a
+  // unit at head_dim 128 before: maintainers/perf-notes.md, thirtieth session), and the math
+  // waits for them in every unit, one without steps too. The masked kernels load them once the
+  // step count is known, and not for a unit without steps (lengths may hide many).
+  static constexpr bool kKVFirst = !Traits::kMask;
   // The parameters by reference, read where they are used: a copy of a field would hold a
   // register for the whole kernel where a read of the constant bank costs none.
   const WsParams<Traits>& P;
   int64_t item = -1;  // the math's current unit: its global item ...
   int kv = 0;         // ... and KV tile within the item
 
-  // Math threads: fetch the next unit into shared memory and read it back (kMathBarrier).
+  // Math threads: the first one takes the next unit into shared memory, then every math thread
+  // reads it at the fetch barrier (with the producer, UnitScheduler::fetched).
   __device__ __forceinline__ void fetch_next(Storage& smem, int32_t* item_counter, int tid) {
     if (tid == 0) {
       const ScheduleProblem& sp = P.sp;
@@ -50,8 +59,11 @@ struct UnitScheduler {
       const int64_t next = same_item ? item : static_cast<int64_t>(atomicAdd(item_counter, 1));
       smem.unit_item = next;
       smem.unit_kv = same_item ? kv + 1 : 0;
+      // The previous unit's dK/dV TMA stores (EpilogueTma) read K's and V's tiles: they must be
+      // read before this barrier releases the producer to load the next unit's K and V.
+      bulk_wait_group_read_all();
     }
-    named_barrier_sync(kMathBarrier, Traits::kMathThreads);
+    named_barrier_sync(kFetchBarrier, kFetchThreads);
     item = smem.unit_item;
     kv = smem.unit_kv;
   }
@@ -59,8 +71,8 @@ struct UnitScheduler {
   // The fetched unit, its steps not yet known (the unit tables give them).
   __device__ __forceinline__ WsUnit unit() const { return read_unit(P.sp, item, kv, 0); }
 
-  // The producer's and the writer's hand-off: waits at the unit barrier for the unit the math
-  // warpgroups published; false when there is no work left.
+  // The writers' hand-off: waits at the unit barrier for the unit the math warpgroups published
+  // with its tables; false when there is no work left.
   __device__ __forceinline__ static bool published(const WsParams<Traits>& params,
                                                    const Storage& smem, WsUnit* u) {
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
@@ -68,6 +80,17 @@ struct UnitScheduler {
     if (item >= params.total_items) return false;
     *u = read_unit(params.sp, item, smem.unit_kv, smem.unit_num_steps);
     return true;
+  }
+  // The producer's: the fetched unit at the fetch barrier, on_unit(unit) (its step count not yet
+  // known) where there is one, then published().
+  template <class OnUnit>
+  __device__ __forceinline__ static bool fetched(const WsParams<Traits>& params,
+                                                 const Storage& smem, WsUnit* u,
+                                                 OnUnit&& on_unit) {
+    named_barrier_sync_unaligned(kFetchBarrier, kFetchThreads);
+    const int64_t item = smem.unit_item;
+    if (item < params.total_items) on_unit(read_unit(params.sp, item, smem.unit_kv, 0));
+    return published(params, smem, u);
   }
 };
 

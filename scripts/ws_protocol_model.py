@@ -109,20 +109,26 @@ class CTA:
 
 
 def producer(units, q_stages=STAGES, kv_first=False):
-    """kv_first (UnitScheduler::kKVFirst, the unmasked kernels): K and V are loaded between the
-    fetch barrier and the unit barrier, whatever the unit's step count; else after the unit
-    barrier and only for a unit with steps."""
+    """kv_first (UnitScheduler::kKVFirst, the unmasked kernels): K and V, and the unit's first
+    Q/dO stage, are loaded between the fetch barrier and the unit barrier (K and V whatever the
+    unit's step count); else after the unit barrier, K and V only for a unit with steps."""
     q_iter = 0
     for unit, steps in enumerate(units + [None]):
         yield ("sync", FETCH)                      # [A]: the unit fetched
+        first = 0
         if kv_first and steps is not None:
             yield ("kv_load", unit)                # TMA of K, V (expect_tx + completion)
+            first = min(steps, 1)
+        for _ in range(first):                     # the first stage (unit tables in global memory)
+            yield ("mb_wait", f"q_empty{q_iter % q_stages}", ((q_iter // q_stages) & 1) ^ 1)
+            yield ("mb_arrive", f"q_full{q_iter % q_stages}")
+            q_iter += 1
         yield ("sync", UNIT)                       # [B]: its visit order, tickets, step count
         if steps is None:
             return
         if not kv_first and steps > 0:
             yield ("kv_load", unit)
-        for _ in range(steps):
+        for _ in range(first, steps):
             stage, phase = q_iter % q_stages, (q_iter // q_stages) & 1
             yield ("mb_wait", f"q_empty{stage}", phase ^ 1)
             yield ("mb_arrive", f"q_full{stage}")  # TMA Q, dO + bulk lse, dsum

@@ -92,10 +92,10 @@ _KV_FIRST = {"hd128": (2, False, 1, True), "hd64": (1, False, 2, True),
 @pytest.mark.parametrize("slow", [None, "P", "W0", "W1", "M0", "M1"])
 @pytest.mark.parametrize("kernel", sorted(_KV_FIRST))
 def test_protocol_with_kv_before_the_tables_never_deadlocks(model, kernel, slow):
-    """The unmasked kernels (UnitScheduler::kKVFirst): the producer loads K and V between the fetch
-    barrier and the unit barrier, whatever the step count, and the math waits for them in every
-    unit (a stepless one before its epilogue); no load lands while the math still uses the previous
-    unit's tiles."""
+    """The unmasked kernels (UnitScheduler::kKVFirst): the producer loads K and V and the unit's
+    first Q/dO stage between the fetch barrier and the unit barrier (K and V whatever the step
+    count), and the math waits for K and V in every unit (a stepless one before its epilogue); no
+    load lands while the math still uses the previous unit's tiles."""
     ds_stages, dq_in_stage, dq_buffers, next_s = _KV_FIRST[kernel]
     rng, sequences = _unit_sequences(13 + dq_buffers, 600 if slow is None else 150)
     if slow is not None:

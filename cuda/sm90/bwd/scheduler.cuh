@@ -63,6 +63,9 @@ struct UnitScheduler {
       // read before this barrier releases the producer to load the next unit's K and V.
       bulk_wait_group_read_all();
     }
+    // The warp reconverged before the aligned barrier (synccheck saw it diverge there after the
+    // bulk wait). The unaligned form took the step loop from 2 to 6-10 spill instructions.
+    __syncwarp();
     named_barrier_sync(kFetchBarrier, kFetchThreads);
     item = smem.unit_item;
     kv = smem.unit_kv;

@@ -32,9 +32,6 @@ enum WsBarrier : int {
   // Ids 4-11: the dQ hand-off (bwd/dq_writer.cuh), a full/empty pair per (writer w, math
   // warpgroup g): dq_full_barrier(w, g), dq_empty_barrier(w, g).
   kdQBarriers = 4,
-  // Math + producer warp: the first math thread fetched a unit (its tables not yet written; they
-  // are published at kUnitBarrier: bwd/scheduler.cuh).
-  kFetchBarrier = 12,
 };
 // Math warpgroup g arrives, writer w syncs: g's half of the writer's step's dQ partial is in shared
 // memory (kdQInStage: the whole partial of Q/dO stage w, both warpgroups arriving on g = 0's id).

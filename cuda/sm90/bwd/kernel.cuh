@@ -118,6 +118,7 @@ struct BwdWsKernel {
     if (threadIdx.x == 0) {
       for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
       cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+      cutlass::arch::ClusterBarrier::init(&smem.unit_fetched, 1);
       for (int s = 0; s < Traits::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
         // kdQInStage: the writer frees a stage (one arrival), else every math warp.

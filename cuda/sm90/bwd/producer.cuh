@@ -111,10 +111,11 @@ __device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>&
     q_pipe.advance();
   };
   WsUnit u;
+  int fetches = 0;  // Scheduler::kKVFirst: the units fetched (the unit_fetched mbarrier's phase)
   // Scheduler::kKVFirst: K and V, and the unit's first Q/dO stage (its Q tile and step count read
   // from the unit tables in global memory), as soon as the unit is fetched, before its tables are
   // published.
-  while (Scheduler::fetched(P, smem, &u, [&](const WsUnit& unit) JAX_DASH_INLINE {
+  while (Scheduler::fetched(P, smem, fetches, &u, [&](const WsUnit& unit) JAX_DASH_INLINE {
     if constexpr (Scheduler::kKVFirst) {
       load_kv(unit);
       if (__ldg(unit_steps + unit.n) > 0) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include <cutlass/arch/barrier.h>
+
 #include "cuda/schedule.h"
 #include "cuda/sm90/async_ops.cuh"
 #include "cuda/sm90/bwd/traits.cuh"
@@ -29,19 +31,21 @@ __device__ __forceinline__ WsUnit read_unit(const ScheduleProblem& sp, int64_t i
 // The work-unit schedule, in the role of FA3's tile scheduler: one item per CTA at a time, taken in
 // increasing global order, so that cuda/schedule.h's deadlock argument applies (a ticket wait only
 // ever waits on an item some resident CTA already holds). The first math thread fetches (the rest
-// of its item, else the next untaken item, only after every role has finished the previous unit)
-// and the math warpgroups and the producer read the unit at the fetch barrier; the math
-// warpgroups then copy its visit order, tickets and step count into shared memory and publish
-// them to the producer and the writers at the unit barrier.
+// of its item, else the next untaken item, only after every role has finished the previous unit);
+// the math warpgroups copy the unit's visit order, tickets and step count into shared memory and
+// publish the unit and its tables to the producer and the writers at the unit barrier.
 template <class Traits>
 struct UnitScheduler {
   using Storage = typename Traits::SharedStorage;
-  static constexpr int kFetchThreads = Traits::kMathThreads + 32;  // math + the producer warp
-  // kKVFirst (the unmasked kernels, whose units come from the unit tables): the producer loads a
-  // unit's K and V between the two barriers, under the math's copy of the tables (~2k cycles a
-  // unit at head_dim 128 before: maintainers/perf-notes.md, thirtieth session), and the math
-  // waits for them in every unit, one without steps too. The masked kernels load them once the
-  // step count is known, and not for a unit without steps (lengths may hide many).
+  // kKVFirst (the unmasked kernels, whose units come from the unit tables): the first math thread
+  // also hands the fetched unit to the producer at once (the unit_fetched mbarrier), which loads
+  // the unit's K and V and its first Q/dO stage while the math copies the tables (~2k cycles a
+  // unit at head_dim 128: maintainers/perf-notes.md, thirtieth session); the math waits for K
+  // and V in every unit, one without steps too (before its epilogue). The masked kernels load
+  // them once the step count is known, and not for a unit without steps (lengths may hide many).
+  // (A named barrier shared by the producer and the math would be an aligned barrier in the
+  // math, which PTX allows only if every participant runs that same instruction, or an unaligned
+  // one, with which ptxas spilled in the math's step loop.)
   static constexpr bool kKVFirst = !Traits::kMask;
   // The parameters by reference, read where they are used: a copy of a field would hold a
   // register for the whole kernel where a read of the constant bank costs none.
@@ -49,8 +53,7 @@ struct UnitScheduler {
   int64_t item = -1;  // the math's current unit: its global item ...
   int kv = 0;         // ... and KV tile within the item
 
-  // Math threads: the first one takes the next unit into shared memory, then every math thread
-  // reads it at the fetch barrier (with the producer, UnitScheduler::fetched).
+  // Math threads: fetch the next unit into shared memory and read it back (kMathBarrier).
   __device__ __forceinline__ void fetch_next(Storage& smem, int32_t* item_counter, int tid) {
     if (tid == 0) {
       const ScheduleProblem& sp = P.sp;
@@ -60,13 +63,11 @@ struct UnitScheduler {
       smem.unit_item = next;
       smem.unit_kv = same_item ? kv + 1 : 0;
       // The previous unit's dK/dV TMA stores (EpilogueTma) read K's and V's tiles: they must be
-      // read before this barrier releases the producer to load the next unit's K and V.
+      // read before the producer may load the next unit's K and V into them.
       bulk_wait_group_read_all();
+      if constexpr (kKVFirst) cutlass::arch::ClusterBarrier::arrive(&smem.unit_fetched);
     }
-    // The warp reconverged before the aligned barrier (synccheck saw it diverge there after the
-    // bulk wait). The unaligned form took the step loop from 2 to 6-10 spill instructions.
-    __syncwarp();
-    named_barrier_sync(kFetchBarrier, kFetchThreads);
+    named_barrier_sync(kMathBarrier, Traits::kMathThreads);
     item = smem.unit_item;
     kv = smem.unit_kv;
   }
@@ -84,15 +85,18 @@ struct UnitScheduler {
     *u = read_unit(params.sp, item, smem.unit_kv, smem.unit_num_steps);
     return true;
   }
-  // The producer's: the fetched unit at the fetch barrier, on_unit(unit) (its step count not yet
-  // known) where there is one, then published().
+  // The producer's: with kKVFirst, the fetched unit (fetches: the units waited for so far, the
+  // mbarrier's phase) and on_unit(unit) with its step count not yet known, where there is a unit;
+  // then published().
   template <class OnUnit>
-  __device__ __forceinline__ static bool fetched(const WsParams<Traits>& params,
-                                                 const Storage& smem, WsUnit* u,
-                                                 OnUnit&& on_unit) {
-    named_barrier_sync_unaligned(kFetchBarrier, kFetchThreads);
-    const int64_t item = smem.unit_item;
-    if (item < params.total_items) on_unit(read_unit(params.sp, item, smem.unit_kv, 0));
+  __device__ __forceinline__ static bool fetched(const WsParams<Traits>& params, Storage& smem,
+                                                 int& fetches, WsUnit* u, OnUnit&& on_unit) {
+    if constexpr (kKVFirst) {
+      cutlass::arch::ClusterBarrier::wait(&smem.unit_fetched, fetches & 1);
+      ++fetches;
+      const int64_t item = smem.unit_item;
+      if (item < params.total_items) on_unit(read_unit(params.sp, item, smem.unit_kv, 0));
+    }
     return published(params, smem, u);
   }
 };

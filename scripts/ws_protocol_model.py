@@ -37,10 +37,9 @@ import random
 # dQ-full barrier (dq_in_stage) = its writer + M0 + M1; a warpgroup's dQ barrier (dq_full(w, g),
 # dq_empty(w, g)) = writer w + math warpgroup g (named_barrier.cuh dq_full_barrier(w, g)).
 UNIT, PDS, MATH, DQ_FULL, DQ_EMPTY, DQ_FULL1, DQ_EMPTY1 = 1, 2, 3, 4, 5, 6, 7
-FETCH = 12  # P + M0 + M1: the first math thread fetched a unit (its tables come at UNIT)
 DQ_FULL_OF = (DQ_FULL, DQ_FULL1)    # writer w's dQ-full barriers (dq_in_stage: stage s's)
 DQ_EMPTY_OF = (DQ_EMPTY, DQ_EMPTY1)  # writer w's dQ-empty barriers
-COUNTS = {UNIT: 5, FETCH: 3, PDS: 2, MATH: 2, DQ_FULL: 3, DQ_FULL1: 3}
+COUNTS = {UNIT: 5, PDS: 2, MATH: 2, DQ_FULL: 3, DQ_FULL1: 3}
 for _g in (0, 1):
     for _bar in DQ_FULL_OF + DQ_EMPTY_OF:
         COUNTS[(_bar, _g)] = 2
@@ -69,7 +68,8 @@ class CTA:
         self.counts = counts or COUNTS
         self.named = {b: {"gen": 0, "arrived": set()} for b in self.counts}
         # mbarriers: arrivals expected per phase, arrivals so far, completed phases.
-        self.mbar = {"kv_full": [1, 0, 0]}
+        # unit_fetched: the first math thread (M0's) hands a fetched unit to the producer
+        self.mbar = {"kv_full": [1, 0, 0], "unit_fetched": [1, 0, 0]}
         for s in range(q_stages):
             self.mbar[f"q_full{s}"] = [1, 0, 0]
             # one arrival per math actor (8 warps in the code), or (dq_in_stage) the writer's one
@@ -110,12 +110,14 @@ class CTA:
 
 def producer(units, q_stages=STAGES, kv_first=False):
     """kv_first (UnitScheduler::kKVFirst, the unmasked kernels): K and V, and the unit's first
-    Q/dO stage, are loaded between the fetch barrier and the unit barrier (K and V whatever the
-    unit's step count); else after the unit barrier, K and V only for a unit with steps."""
+    Q/dO stage, are loaded once the first math thread has handed the fetched unit over (the
+    unit_fetched mbarrier), before the unit barrier (K and V whatever the unit's step count); else
+    after the unit barrier, K and V only for a unit with steps."""
     q_iter = 0
     for unit, steps in enumerate(units + [None]):
-        yield ("sync", FETCH)                      # [A]: the unit fetched
         first = 0
+        if kv_first:
+            yield ("mb_wait", "unit_fetched", unit & 1)  # [A]: the unit fetched
         if kv_first and steps is not None:
             yield ("kv_load", unit)                # TMA of K, V (expect_tx + completion)
             first = min(steps, 1)
@@ -189,9 +191,12 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
     q_iter = 0
     kv_loads = 0
     for unit, steps in enumerate(units + [None]):
-        if unit > 0:
-            yield ("kv_end",)                      # the dK/dV stores have read K's, V's tiles
-        yield ("sync", FETCH)                      # [A]: the first math thread's fetch
+        if g == 0:  # the first math thread: the fetch, after the dK/dV stores have read the tiles
+            if unit > 0:
+                yield ("kv_end",)
+            if kv_first:
+                yield ("mb_arrive", "unit_fetched")  # [A]
+        yield ("sync", MATH)                       # the fetch published to the math threads
         yield ("sync", UNIT)                       # [B]: after the math copied the tables
         if steps is None:
             return
@@ -223,6 +228,8 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
             yield ("mb_wait", "kv_full", kv_loads & 1)
             kv_loads += 1
             yield ("kv_begin", unit, True)
+        if g == 1:  # its dK/dV are in the tiles; the first math thread stores them (TMA)
+            yield ("kv_end",)
         yield ("sync", UNIT)                       # [C]
 
 

@@ -93,9 +93,10 @@ _KV_FIRST = {"hd128": (2, False, 1, True), "hd64": (1, False, 2, True),
 @pytest.mark.parametrize("kernel", sorted(_KV_FIRST))
 def test_protocol_with_kv_before_the_tables_never_deadlocks(model, kernel, slow):
     """The unmasked kernels (UnitScheduler::kKVFirst): the producer loads K and V and the unit's
-    first Q/dO stage between the fetch barrier and the unit barrier (K and V whatever the step
-    count), and the math waits for K and V in every unit (a stepless one before its epilogue); no
-    load lands while the math still uses the previous unit's tiles."""
+    first Q/dO stage once the first math thread has handed it the fetched unit (an mbarrier),
+    before the unit barrier (K and V whatever the step count), and the math waits for K and V in
+    every unit (a stepless one before its epilogue); no load lands while the math still uses the
+    previous unit's tiles."""
     ds_stages, dq_in_stage, dq_buffers, next_s = _KV_FIRST[kernel]
     rng, sequences = _unit_sequences(13 + dq_buffers, 600 if slow is None else 150)
     if slow is not None:
@@ -106,7 +107,7 @@ def test_protocol_with_kv_before_the_tables_never_deadlocks(model, kernel, slow)
 
 def _kv_mistake(model, role, mistake):
     """The K/V hand-over with one mistake (kv_first): ``"early_load"``, the producer loads the next
-    unit's K and V before the fetch barrier (while the math may still run the previous unit's
+    unit's K and V before the fetched unit is handed over (while the math may still run the previous unit's
     epilogue); ``"no_wait"``, the math waits for K and V only in units with steps (as the masked
     kernels, whose producer skips those loads), not before a stepless unit's epilogue;
     ``"late_read"``, the math's dK/dV stores are waited
@@ -116,7 +117,7 @@ def _kv_mistake(model, role, mistake):
     def producer(units, q_stages=2, kv_first=False):
         ops = list(correct(units, q_stages, kv_first))
         loads = [i for i, op in enumerate(ops) if op[0] == "kv_load"]
-        for i in reversed(loads[1:]):  # each load but the first one before its fetch barrier
+        for i in reversed(loads[1:]):  # each load but the first one before its hand-over wait
             ops.insert(i - 1, ops.pop(i))
         yield from ops
 
@@ -124,12 +125,12 @@ def _kv_mistake(model, role, mistake):
              next_s=False, kv_first=False):
         ops = correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g, next_s,
                       kv_first)
-        unit = -1
+        unit = 0
         late_end = skip_begin = False
         waited = 0  # the kv_full waits made: their parity, as the code would count them
         for op in ops:
-            if op == ("sync", model.FETCH):
-                unit += 1
+            if op == ("sync", model.UNIT):
+                unit += 1  # [B] and [C] of each unit: unit // 2 is the unit's index
             if op[0] == "kv_end" and mistake == "late_read":
                 late_end = True  # after the unit barrier that comes next
                 continue
@@ -139,7 +140,7 @@ def _kv_mistake(model, role, mistake):
                 late_end = False
                 continue
             if op[0] == "mb_wait" and op[1] == "kv_full":
-                if mistake == "no_wait" and units[unit] == 0:
+                if mistake == "no_wait" and units[(unit - 1) // 2] == 0:
                     skip_begin = True
                     continue
                 op = ("mb_wait", "kv_full", waited & 1)
@@ -267,7 +268,6 @@ def _producer_on_the_wrong_parity(model):
     def producer(units, q_stages=2, kv_first=False):
         q_iter = 0
         for unit, steps in enumerate(units + [None]):
-            yield ("sync", model.FETCH)
             yield ("sync", model.UNIT)
             if steps is None:
                 return

@@ -5,6 +5,10 @@ import os
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# Under pytest-xdist (README's `pytest -q -n auto`: one worker process per core) the workers share
+# a GPU: each allocates on demand instead of taking 75% of its memory up front.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)

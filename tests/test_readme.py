@@ -64,7 +64,7 @@ def test_ci_runs_the_commands_the_readme_gives():
     ci = (ROOT / ".ci" / "run").read_text()
     bash = "\n".join(re.findall(r"```bash\n(.*?)```", readme, flags=re.S))
     commands = [line.split("#")[0].strip() for line in bash.splitlines()]
-    for command in ('python -m pip install -v ".[test]"', "pytest -q"):
+    for command in ('python -m pip install -v ".[test]"', "pytest -q -n auto"):
         assert command in commands, f"README.md's first bash block lost {command!r}"
         assert re.search(rf"^{re.escape(command)}$", ci, flags=re.M), f".ci/run does not run {command!r}"
     assert "python -m jax_dash.demo" in commands

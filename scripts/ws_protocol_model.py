@@ -68,13 +68,18 @@ class CTA:
         self.counts = counts or COUNTS
         self.named = {b: {"gen": 0, "arrived": set()} for b in self.counts}
         # mbarriers: arrivals expected per phase, arrivals so far, completed phases.
-        self.mbar = {"kv_full": [1, 0, 0]}
+        # unit_fetched: the first math thread (M0's) hands a fetched unit to the producer
+        self.mbar = {"kv_full": [1, 0, 0], "unit_fetched": [1, 0, 0]}
         for s in range(q_stages):
             self.mbar[f"q_full{s}"] = [1, 0, 0]
             # one arrival per math actor (8 warps in the code), or (dq_in_stage) the writer's one
             self.mbar[f"q_empty{s}"] = [1 if dq_in_stage else 2, 0, 0]
         # dQ buffer halves, (buffer, warpgroup): [the step whose half it holds, read yet]
         self.dq = {}
+        # K's and V's tiles: the unit whose K/V the last load brought, and the math actors using
+        # them (the unit's steps and its epilogue, until the dK/dV stores have read the tiles)
+        self.kv_unit = None
+        self.kv_users = set()
 
     # named barriers
     def arrive(self, bar, actor):
@@ -103,15 +108,29 @@ class CTA:
         return self.mbar[name][2] % 2 != parity
 
 
-def producer(units, q_stages=STAGES):
+def producer(units, q_stages=STAGES, kv_first=False):
+    """kv_first (UnitScheduler::kKVFirst, the unmasked kernels): K and V, and the unit's first
+    Q/dO stage, are loaded once the first math thread has handed the fetched unit over (the
+    unit_fetched mbarrier), before the unit barrier (K and V whatever the unit's step count); else
+    after the unit barrier, K and V only for a unit with steps."""
     q_iter = 0
-    for steps in units + [None]:
-        yield ("sync", UNIT)                       # [B]: unit and tables published
+    for unit, steps in enumerate(units + [None]):
+        first = 0
+        if kv_first:
+            yield ("mb_wait", "unit_fetched", unit & 1)  # [A]: the unit fetched
+        if kv_first and steps is not None:
+            yield ("kv_load", unit)                # TMA of K, V (expect_tx + completion)
+            first = min(steps, 1)
+        for _ in range(first):                     # the first stage (unit tables in global memory)
+            yield ("mb_wait", f"q_empty{q_iter % q_stages}", ((q_iter // q_stages) & 1) ^ 1)
+            yield ("mb_arrive", f"q_full{q_iter % q_stages}")
+            q_iter += 1
+        yield ("sync", UNIT)                       # [B]: its visit order, tickets, step count
         if steps is None:
             return
-        if steps > 0:
-            yield ("mb_arrive", "kv_full")         # TMA of K, V (expect_tx + completion)
-        for _ in range(steps):
+        if not kv_first and steps > 0:
+            yield ("kv_load", unit)
+        for _ in range(first, steps):
             stage, phase = q_iter % q_stages, (q_iter // q_stages) & 1
             yield ("mb_wait", f"q_empty{stage}", phase ^ 1)
             yield ("mb_arrive", f"q_full{stage}")  # TMA Q, dO + bulk lse, dsum
@@ -161,22 +180,30 @@ def writer(units, w, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=N
 
 
 def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None, g=0,
-         next_s=False):
+         next_s=False, kv_first=False):
     """Math warpgroup g. next_s (the unmasked kernels' kNextS, outside dq_in_stage): each step's
     S^T is issued by the step before, after its dQ stores and before its dQ-full arrival, so the
     wait for the next step's Q/dO stage comes while this step's stage is still held (the unit's
-    first at the unit's start; the last step waits on its own stage again, already full)."""
+    first at the unit's start; the last step waits on its own stage again, already full).
+    kv_first: K and V are waited for in every unit (the producer loads them before it knows the
+    step count)."""
     writers = writers or WRITERS
     q_iter = 0
     kv_loads = 0
     for unit, steps in enumerate(units + [None]):
-        yield ("sync", MATH)                       # fetch published to the math threads
-        yield ("sync", UNIT)                       # [B]
+        yield ("sync", MATH)                       # the fetch published to the math threads
+        if g == 0:  # the first math thread, once the dK/dV stores have read the tiles
+            if unit > 0:
+                yield ("kv_end",)
+            if kv_first:
+                yield ("mb_arrive", "unit_fetched")  # [A]
+        yield ("sync", UNIT)                       # [B]: after the math copied the tables
         if steps is None:
             return
         if steps > 0:
             yield ("mb_wait", "kv_full", kv_loads & 1)
             kv_loads += 1
+        yield ("kv_begin", unit, steps > 0)        # the steps and the epilogue use the tiles
         for s in range(steps):
             stage = q_iter % q_stages
             if not next_s or s == 0:
@@ -197,22 +224,29 @@ def math(units, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, wri
                 yield ("arrive", dq_full(s % writers, g))
                 yield ("mb_arrive", f"q_empty{stage}")
             q_iter += 1
+        if kv_first and steps == 0:                # loaded anyway: landed before the epilogue
+            yield ("mb_wait", "kv_full", kv_loads & 1)
+            kv_loads += 1
+            yield ("kv_begin", unit, True)
+        if g == 1:  # its dK/dV are in the tiles; the first math thread stores them (TMA)
+            yield ("kv_end",)
         yield ("sync", UNIT)                       # [C]
 
 
 def run(units, rng, ds_stages, q_stages=STAGES, dq_in_stage=False, dq_buffers=1, writers=None,
-        next_s=False):
+        next_s=False, kv_first=False):
     writers = writers or WRITERS
-    actors = {"P": producer(units, q_stages),
-              "M0": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 0, next_s),
-              "M1": math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, 1, next_s)}
+    actors = {"P": producer(units, q_stages, kv_first)}
+    for g in (0, 1):
+        actors[f"M{g}"] = math(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g,
+                               next_s, kv_first)
     for w in range(writers):
         actors[f"W{w}"] = writer(units, w, q_stages, dq_in_stage, dq_buffers, writers)
     counts = dict(COUNTS)
     counts[UNIT] = 3 + writers
     _interleave(CTA(counts, q_stages=q_stages, dq_in_stage=dq_in_stage), actors, rng,
                 f"units {units} q_stages {q_stages} dq_in_stage {dq_in_stage} "
-                f"dq_buffers {dq_buffers} writers {writers} next_s {next_s}")
+                f"dq_buffers {dq_buffers} writers {writers} next_s {next_s} kv_first {kv_first}")
 
 
 # ---- forward (cuda/sm90/fwd/): producer thread, two or three math warpgroups taking turns ----
@@ -423,6 +457,19 @@ def _interleave(cta, actors, rng, what):
                 raise AssertionError(f"{what}: {name} reads dQ buffer half {half} for step "
                                      f"{op[1]} holding {held}")
             held[1] = True
+        elif op[0] == "kv_load":  # K and V of unit op[1] into their tiles
+            if cta.kv_users:
+                raise AssertionError(f"{what}: K/V of unit {op[1]} loaded while "
+                                     f"{sorted(cta.kv_users)} use unit {cta.kv_unit}'s")
+            cta.kv_unit = op[1]
+            cta.mb_arrive("kv_full")
+        elif op[0] == "kv_begin":  # (unit, whether its K/V must be there)
+            if op[2] and cta.kv_unit != op[1]:
+                raise AssertionError(f"{what}: {name} runs unit {op[1]} on unit "
+                                     f"{cta.kv_unit}'s K/V")
+            cta.kv_users.add(name)
+        elif op[0] == "kv_end":
+            cta.kv_users.discard(name)
         elif op[0] == "mb_arrive":
             if len(op) > 2 and cta.mbar[op[1]][2] != op[2]:
                 raise AssertionError(f"{what}: {name}'s arrival on {op[1]} meant for phase {op[2]} "
@@ -462,11 +509,12 @@ def main():
                     # next_s: the unmasked kernels (two writers, two stages, not dq_in_stage)
                     ok_next = writers == 2 and q_stages == 2 and not dq_in_stage
                     for next_s in ((False, True) if ok_next else (False,)):
-                        for _ in range(args.trials):
-                            units = [rng.choice((0, 0, 1, 2, 3, 5))
-                                     for _ in range(rng.randint(0, 6))]
-                            run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers, writers,
-                                next_s)
+                        for kv_first in (False, True):
+                            for _ in range(args.trials):
+                                units = [rng.choice((0, 0, 1, 2, 3, 5))
+                                         for _ in range(rng.randint(0, 6))]
+                                run(units, rng, ds_stages, q_stages, dq_in_stage, dq_buffers,
+                                    writers, next_s, kv_first)
     for warpgroups in (2, 3):
         for _ in range(args.trials):
             n_end = rng.randint(0, 9)
@@ -476,7 +524,7 @@ def main():
                                   chain=chain)
     print(f"ok: backward {args.trials} random unit sequences per (Q/dO stages, dS^T buffers, dQ "
           "buffers 1 or 2 or dQ in the stage, one or two dQ writer warps, S^T issued a step "
-          "ahead or not) setting, forward "
+          "ahead or not, K/V loaded before the tables or after) setting, forward "
           f"{args.trials} random one-tile KV counts with skipped steps and {args.trials} random "
           "persistent tile sequences per warpgroup count (2, 3) and turn chaining (off, on), "
           "each under a random "

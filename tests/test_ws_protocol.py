@@ -85,6 +85,88 @@ def test_protocol_with_s_a_step_ahead_never_deadlocks(model, dq_buffers, ds_stag
         model.run(units, rng, ds_stages, 2, False, dq_buffers, 2, next_s=True)
 
 
+_KV_FIRST = {"hd128": (2, False, 1, True), "hd64": (1, False, 2, True),
+             "hd256": (2, True, 1, False)}  # (dS^T buffers, dQ in stage, dQ buffers, next_s)
+
+
+@pytest.mark.parametrize("slow", [None, "P", "W0", "W1", "M0", "M1"])
+@pytest.mark.parametrize("kernel", sorted(_KV_FIRST))
+def test_protocol_with_kv_before_the_tables_never_deadlocks(model, kernel, slow):
+    """The unmasked kernels (UnitScheduler::kKVFirst): the producer loads K and V and the unit's
+    first Q/dO stage once the first math thread has handed it the fetched unit (an mbarrier),
+    before the unit barrier (K and V whatever the step count), and the math waits for K and V in
+    every unit (a stepless one before its epilogue); no load lands while the math still uses the
+    previous unit's tiles."""
+    ds_stages, dq_in_stage, dq_buffers, next_s = _KV_FIRST[kernel]
+    rng, sequences = _unit_sequences(13 + dq_buffers, 600 if slow is None else 150)
+    if slow is not None:
+        rng = _Starving(13 + dq_buffers, slow)
+    for units in sequences:
+        model.run(units, rng, ds_stages, 2, dq_in_stage, dq_buffers, 2, next_s, kv_first=True)
+
+
+def _kv_mistake(model, role, mistake):
+    """The K/V hand-over with one mistake (kv_first): ``"early_load"``, the producer loads the next
+    unit's K and V before the fetched unit is handed over (while the math may still run the previous unit's
+    epilogue); ``"no_wait"``, the math waits for K and V only in units with steps (as the masked
+    kernels, whose producer skips those loads), not before a stepless unit's epilogue;
+    ``"late_read"``, the math's dK/dV stores are waited
+    for after the unit barrier, not before it."""
+    correct = getattr(model, role)
+
+    def producer(units, q_stages=2, kv_first=False):
+        ops = list(correct(units, q_stages, kv_first))
+        loads = [i for i, op in enumerate(ops) if op[0] == "kv_load"]
+        for i in reversed(loads[1:]):  # each load but the first one before its hand-over wait
+            ops.insert(i - 1, ops.pop(i))
+        yield from ops
+
+    def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0,
+             next_s=False, kv_first=False):
+        ops = correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g, next_s,
+                      kv_first)
+        unit = 0
+        late_end = skip_begin = False
+        waited = 0  # the kv_full waits made: their parity, as the code would count them
+        for op in ops:
+            if op == ("sync", model.UNIT):
+                unit += 1  # [B] and [C] of each unit: unit // 2 is the unit's index
+            if op[0] == "kv_end" and mistake == "late_read":
+                late_end = True  # after the unit barrier that comes next
+                continue
+            if late_end and op == ("sync", model.UNIT):
+                yield op
+                yield ("kv_end",)
+                late_end = False
+                continue
+            if op[0] == "mb_wait" and op[1] == "kv_full":
+                if mistake == "no_wait" and units[(unit - 1) // 2] == 0:
+                    skip_begin = True
+                    continue
+                op = ("mb_wait", "kv_full", waited & 1)
+                waited += 1
+            if skip_begin and op[0] == "kv_begin":
+                skip_begin = False
+                continue
+            yield op
+
+    return producer if role == "producer" else math
+
+
+@pytest.mark.parametrize("role, mistake", [("producer", "early_load"), ("math", "no_wait"),
+                                           ("math", "late_read")])
+def test_model_catches_kv_hand_over_mistakes(model, monkeypatch, role, mistake):
+    monkeypatch.setattr(model, role, _kv_mistake(model, role, mistake))
+    rng, sequences = _unit_sequences(17, 300)
+    caught = 0
+    for units in sequences:
+        try:
+            model.run(units, rng, 2, 2, False, 1, 2, True, kv_first=True)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught > 20, caught
+
+
 def test_model_catches_s_a_step_ahead_with_one_stage(model):
     """With one Q/dO stage the next step's Q can only be loaded once this step frees the stage,
     which kNextS does after waiting for that Q: every unit of two or more steps deadlocks (the
@@ -158,9 +240,9 @@ def _math_on_writer_0s_empty_barrier(model):
     correct = model.math
 
     def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0,
-             next_s=False):
+             next_s=False, kv_first=False):
         for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g,
-                          next_s):
+                          next_s, kv_first):
             if op[0] == "sync" and isinstance(op[1], tuple) and op[1][0] in model.DQ_EMPTY_OF:
                 op = ("sync", model.dq_empty(0, g))
             yield op
@@ -173,9 +255,9 @@ def _math_on_warpgroup_0s_dq_barriers(model):
     correct = model.math
 
     def math(units, ds_stages, q_stages=2, dq_in_stage=False, dq_buffers=1, writers=2, g=0,
-             next_s=False):
+             next_s=False, kv_first=False):
         for op in correct(units, ds_stages, q_stages, dq_in_stage, dq_buffers, writers, g,
-                          next_s):
+                          next_s, kv_first):
             if op[0] in ("sync", "arrive") and isinstance(op[1], tuple):
                 op = (op[0], (op[1][0], 0))
             yield op
@@ -183,14 +265,14 @@ def _math_on_warpgroup_0s_dq_barriers(model):
 
 
 def _producer_on_the_wrong_parity(model):
-    def producer(units, q_stages=2):
+    def producer(units, q_stages=2, kv_first=False):
         q_iter = 0
-        for steps in units + [None]:
+        for unit, steps in enumerate(units + [None]):
             yield ("sync", model.UNIT)
             if steps is None:
                 return
             if steps > 0:
-                yield ("mb_arrive", "kv_full")
+                yield ("kv_load", unit)
             for _ in range(steps):
                 stage, phase = q_iter % q_stages, (q_iter // q_stages) & 1
                 yield ("mb_wait", f"q_empty{stage}", phase)

@@ -6,7 +6,10 @@
 //
 //   warpgroup 0 ("service", registers lowered to kServiceRegisters)
 //     warp 0  PRODUCER: TMA of K_n, V_n once per unit (kv_full); per step TMA of Q_m, dO_m and bulk
-//             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers).
+//             copies of lse_log2_m, dsum_m into a 2-stage ring (q_full / q_empty mbarriers). In
+//             the unmasked kernels K_n, V_n and the first step's stage as soon as the first math
+//             thread hands it the fetched unit (unit_fetched; scheduler.cuh kKVFirst), under the
+//             math's copy of the unit's tables.
 //     warps 1-2  dQ WRITERS (warp 1 only in the masked kernels but the window/lengths one at
 //             head_dim 128, Traits::kdQWriters): writer w = warp - 1 takes the steps s of a
 //             unit with s % 2 == w (with kdQInStage, those in Q/dO stage w), in visit order:
@@ -118,6 +121,7 @@ struct BwdWsKernel {
     if (threadIdx.x == 0) {
       for (int i = 0; i < kWsTraceSlots; ++i) smem.trace[i] = 0;
       cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+      cutlass::arch::ClusterBarrier::init(&smem.unit_fetched, 1);
       for (int s = 0; s < Traits::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[s], 1);
         // kdQInStage: the writer frees a stage (one arrival), else every math warp.

@@ -211,9 +211,6 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
     }
     tracer.stop(kTraceMathTables, t_tables);
     const long long t_publish = tracer.start();
-    // The previous unit's dK/dV TMA stores (EpilogueTma) read K's and V's tiles: they must be
-    // read before this barrier releases the producer to load the next unit's K and V into them.
-    if (tid == 0) bulk_wait_group_read_all();
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // publish unit and tables
     tracer.stop(kTraceMathPublish, t_publish);
     if (done) break;
@@ -544,6 +541,13 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
 
     // kNextS: the last step's repeated S^T (K's tile and the stage are reused after the barrier).
     if constexpr (kNextS) warpgroup_wait<0>();
+    // Scheduler::kKVFirst: the producer loaded K and V before it knew the step count; they land
+    // before the epilogue writes dK and dV into their tiles. (Waited for at the unit's start with
+    // the steps' wait, the step loop's spills went from 2 to 10 instructions at head_dim 128.)
+    if (Scheduler::kKVFirst && num_steps == 0) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&smem.kv_full, kv_loads & 1);
+      ++kv_loads;
+    }
     const long long t_epilogue = tracer.start();
     Epilogue::store(P, smem, thr_dkv, tid, scale, b, h, u.n, kv0, tdKrdK, tdVrdV, tdKVc);
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);  // every role is done with the unit

@@ -20,8 +20,9 @@ namespace jax_dash::sm90::bwd {
 using namespace cute;
 
 // ---- producer warp ------------------------------------------------------------------------------
-// Per unit the Scheduler publishes (UnitScheduler::published), K and V once and each step's Q/dO
-// stage in visit order (visit_m: the unit's visit order in shared memory).
+// Per unit the Scheduler publishes (UnitScheduler::fetched), K and V once and each step's Q/dO
+// stage in visit order (visit_m: the unit's visit order in shared memory); with kKVFirst, K, V and
+// the first step's stage before the unit's tables are published.
 template <class Traits_>
 struct WsProducer {
   using Traits = Traits_;
@@ -51,6 +52,8 @@ __device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>&
                                                      p.num_kv_heads, p.head_dim);
   const float* lse_log2_g = p.workspace_f32 + ws.lse_log2;
   const float* dsum_g = p.workspace_f32 + ws.dsum;
+  const int32_t* unit_steps = p.workspace_i32 + ws.unit_steps;  // the unit tables (kKVFirst)
+  const int32_t* unit_visit = p.workspace_i32 + ws.unit_visit;
   const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
 
   Tensor mQ = P.tma_q.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
@@ -65,45 +68,67 @@ __device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>&
   Tensor tVsV = tma_v.partition_D(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{}));
 
   PipelineState<Traits::kStages> q_pipe;  // the Q/dO ring, as the math and the writer count it
-  WsUnit u;
-  while (Scheduler::published(P, smem, &u)) {
-    const int num_steps = u.num_steps;
-    const int b = u.head_linear / p.num_heads;
-    const int h = u.head_linear % p.num_heads;
-    const int kvh = h / group;
-    if (num_steps > 0 && leader) {
-      Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
-      Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(u.n, _0{}));
-      Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
-      copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
-      copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
+  auto load_kv = [&](const WsUnit& unit) JAX_DASH_INLINE {
+    if (!leader) return;
+    const int b = unit.head_linear / p.num_heads;
+    const int kvh = unit.head_linear % p.num_heads / group;
+    Tensor gK = local_tile(mK(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(unit.n, _0{}));
+    Tensor gV = local_tile(mV(_, _, kvh, b), Shape<BlockN, HeadDim>{}, make_coord(unit.n, _0{}));
+    Barrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
+    copy(P.tma_k.with(smem.kv_full), tma_k.partition_S(gK), tKsK);
+    copy(P.tma_v.with(smem.kv_full), tma_v.partition_S(gV), tVsV);
+  };
+  // The unit's Q and dO tiles as TMA sources, (TMA, TMA_M, TMA_D, Nq) each.
+  auto q_tiles = [&](const WsUnit& unit) JAX_DASH_INLINE {
+    const int b = unit.head_linear / p.num_heads;
+    const int h = unit.head_linear % p.num_heads;
+    return cute::make_tuple(
+        tma_q.partition_S(local_tile(mQ(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}))),
+        tma_do.partition_S(local_tile(mdO(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}))));
+  };
+  // Q tile m's Q, dO, lse_log2 and dsum into the ring's next stage, once the math has freed it.
+  auto load_stage = [&](const auto& tiles, const WsUnit& unit, int m) JAX_DASH_INLINE {
+    const int stage = q_pipe.index();
+    // The first use of each stage passes at once (waiting for the phase before the first).
+    const long long t0 = tracer.start();
+    cutlass::arch::ClusterBarrier::wait(&smem.q_empty[stage], q_pipe.phase() ^ 1);
+    tracer.stop(kTraceProducerWaitEmpty, t0);
+    if (leader) {
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
+      Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
+      Barrier::arrive_and_expect_tx(&smem.q_full[stage], Traits::kQStageBytes);
+      copy(P.tma_q.with(smem.q_full[stage]), get<0>(tiles)(_, _, _, m), tma_q.partition_D(sQ));
+      copy(P.tma_do.with(smem.q_full[stage]), get<1>(tiles)(_, _, _, m),
+           tma_do.partition_D(sdO));
+      const int64_t row0 = static_cast<int64_t>(unit.head_linear) * rows_q +
+                           static_cast<int64_t>(m) * kBlockM;
+      bulk_copy_g2s(smem.lse_log2[stage], lse_log2_g + row0, kBlockM * sizeof(float),
+                    &smem.q_full[stage]);
+      bulk_copy_g2s(smem.dsum[stage], dsum_g + row0, kBlockM * sizeof(float),
+                    &smem.q_full[stage]);
     }
-    Tensor gQ = local_tile(mQ(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));   // (Bm,d,Nq)
-    Tensor gdO = local_tile(mdO(_, _, h, b), Shape<BlockM, HeadDim>{}, make_coord(_, _0{}));  // (Bm,d,Nq)
-    Tensor tQgQ = tma_q.partition_S(gQ);     // (TMA,TMA_M,TMA_D,Nq)
-    Tensor tdOgdO = tma_do.partition_S(gdO);
-    const int64_t head_rows = static_cast<int64_t>(u.head_linear) * rows_q;
-    for (int s = 0; s < num_steps; ++s, q_pipe.advance()) {
-      const int stage = q_pipe.index();
-      const int phase = q_pipe.phase();
-      // The first use of each stage passes at once (waiting for the phase before the first).
-      const long long t0 = tracer.start();
-      cutlass::arch::ClusterBarrier::wait(&smem.q_empty[stage], phase ^ 1);
-      tracer.stop(kTraceProducerWaitEmpty, t0);
-      if (leader) {
-        const int m = visit_m[s];
-        Tensor sQ = make_tensor(make_smem_ptr(smem.q[stage]), typename Traits::SmemLayoutQ{});
-        Tensor sdO = make_tensor(make_smem_ptr(smem.dout[stage]), typename Traits::SmemLayoutQ{});
-        Barrier::arrive_and_expect_tx(&smem.q_full[stage], Traits::kQStageBytes);
-        copy(P.tma_q.with(smem.q_full[stage]), tQgQ(_, _, _, m), tma_q.partition_D(sQ));
-        copy(P.tma_do.with(smem.q_full[stage]), tdOgdO(_, _, _, m), tma_do.partition_D(sdO));
-        const int64_t row0 = head_rows + static_cast<int64_t>(m) * kBlockM;
-        bulk_copy_g2s(smem.lse_log2[stage], lse_log2_g + row0, kBlockM * sizeof(float),
-                      &smem.q_full[stage]);
-        bulk_copy_g2s(smem.dsum[stage], dsum_g + row0, kBlockM * sizeof(float),
-                      &smem.q_full[stage]);
+    __syncwarp();
+    q_pipe.advance();
+  };
+  WsUnit u;
+  int fetches = 0;  // Scheduler::kKVFirst: the units fetched (the unit_fetched mbarrier's phase)
+  // Scheduler::kKVFirst: K and V, and the unit's first Q/dO stage (its Q tile and step count read
+  // from the unit tables in global memory), as soon as the unit is fetched, before its tables are
+  // published.
+  while (Scheduler::fetched(P, smem, fetches, &u, [&](const WsUnit& unit) JAX_DASH_INLINE {
+    if constexpr (Scheduler::kKVFirst) {
+      load_kv(unit);
+      if (__ldg(unit_steps + unit.n) > 0) {
+        load_stage(q_tiles(unit), unit,
+                   __ldg(unit_visit + static_cast<int64_t>(unit.n) * P.sp.num_q_tiles));
       }
-      __syncwarp();
+    }
+  })) {
+    const int num_steps = u.num_steps;
+    if (!Scheduler::kKVFirst && num_steps > 0) load_kv(u);
+    const auto tiles = q_tiles(u);
+    for (int s = Scheduler::kKVFirst && num_steps > 0 ? 1 : 0; s < num_steps; ++s) {
+      load_stage(tiles, u, visit_m[s]);
     }
     named_barrier_sync_unaligned(kUnitBarrier, Traits::kUnitThreads);
   }

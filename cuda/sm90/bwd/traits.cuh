@@ -233,6 +233,7 @@ struct WsTraits {
     alignas(8) uint64_t kv_full;
     uint64_t q_full[kStages];
     uint64_t q_empty[kStages];
+    uint64_t unit_fetched;  // the first math thread fetched a unit (bwd/scheduler.cuh kKVFirst)
     int64_t unit_item;  // global item of the current unit (>= total_items: no more work)
     int32_t unit_kv;    // index of the unit's KV tile within its item
     int32_t unit_num_steps;

@@ -80,7 +80,7 @@ __device__ __forceinline__ void WsDqWriter<Traits_>::run(const WsParams<Traits>&
                                                      p.num_kv_heads, p.head_dim);
   float* dq_accum = p.workspace_f32 + ws.dq_accum;
   int32_t* dq_sem = p.workspace_i32 + ws.dq_semaphore;
-  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+  const WsTracer<Traits::kTraced> tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
   PipelineState<Traits::kStages> q_pipe;  // kdQInStage: the Q/dO ring, as the producer counts it
 
   WsUnit u;

@@ -152,7 +152,7 @@ struct BwdWsKernel {
       warpgroup_registers_increase<Traits::kMathRegisters>();
       Mainloop::template run<Epilogue, Scheduler>(P, smem, visit_m, visit_ticket);
     }
-    if (P.trace != nullptr) {
+    if (Traits::kTraced && P.trace != nullptr) {
       // Each role's representative thread wrote only its own slots, and every role has passed the
       // last unit barrier; the math warpgroups (the last to finish) publish the counters.
       if (warp >= 4) {

@@ -27,12 +27,19 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   if (err != cudaSuccess) return err;
   // setmaxnreg moves registers between warpgroups inside the CTA's allocation: the math
   // warpgroups' increase would wait forever if the launch allocation were smaller than the sum.
-  cudaFuncAttributes attr{};
-  if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
   constexpr int kNeeded =
       (Traits::kServiceRegisters * 128 + Traits::kMathRegisters * Traits::kMathThreads) /
       Traits::kThreads;
+  cudaFuncAttributes attr{};
+  if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
   if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
+  if constexpr (Traits::kUntracedTwin) {  // the kernel of the calls without a trace (launch_main)
+    if ((err = cudaFuncGetAttributes(
+             &attr, bwd_main_ws_kernel<BwdWsKernelFor<typename Traits::Untraced>>)) !=
+        cudaSuccess)
+      return err;
+    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
+  }
   int max_smem = 0;
   if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess)
@@ -48,6 +55,12 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem))) != cudaSuccess)
     return err;
+  if constexpr (Traits::kUntracedTwin) {  // same shared memory, threads and launch bounds
+    if ((err = cudaFuncSetAttribute(bwd_main_ws_kernel<BwdWsKernelFor<typename Traits::Untraced>>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem))) != cudaSuccess)
+      return err;
+  }
   int sms = 0;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
@@ -63,6 +76,12 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
 template <class Traits>
 void launch_main(const AttentionParams& p, const ScheduleProblem& sp, int64_t items, int64_t grid,
                  bool dq_first_store, unsigned long long* trace, cudaStream_t stream) {
+  if constexpr (Traits::kUntracedTwin) {
+    if (trace == nullptr) {  // WsTraits::kTraced: the kernel without the trace's code
+      launch_main<typename Traits::Untraced>(p, sp, items, grid, dq_first_store, nullptr, stream);
+      return;
+    }
+  }
   const size_t smem = static_cast<size_t>(Traits::smem_bytes(sp.num_q_tiles));
   using Element = typename Traits::Element;
   WsParams<Traits> P{};

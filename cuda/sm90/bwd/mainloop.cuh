@@ -152,7 +152,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
 
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<BlockN, BlockM>{}));
   Tensor tdKVc = thr_dkv.partition_C(make_identity_tensor(Shape<BlockN, HeadDim>{}));
-  const WsTracer tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
+  const WsTracer<Traits::kTraced> tracer{P.trace != nullptr && tid == 0 ? smem.trace : nullptr};
   const long long t_begin = tracer.start();
 
   // kLseFirst: see the step loop. kNextS: each step's S^T is issued by the step before, behind

@@ -54,7 +54,7 @@ __device__ __forceinline__ void WsProducer<Traits_>::run(const WsParams<Traits>&
   const float* dsum_g = p.workspace_f32 + ws.dsum;
   const int32_t* unit_steps = p.workspace_i32 + ws.unit_steps;  // the unit tables (kKVFirst)
   const int32_t* unit_visit = p.workspace_i32 + ws.unit_visit;
-  const WsTracer tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
+  const WsTracer<Traits::kTraced> tracer{P.trace != nullptr && leader ? smem.trace : nullptr};
 
   Tensor mQ = P.tma_q.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));
   Tensor mdO = P.tma_do.get_tma_tensor(make_shape(seq_q, HeadDim{}, p.num_heads, batch));

@@ -34,15 +34,23 @@ enum WsTraceSlot : int {
 };
 
 // Times one wait of one role into a shared-memory counter when tracing is on (a uniform branch
-// otherwise).
+// otherwise). kCompiled false (WsTraits::kTraced): no trace code at all, counters ignored.
+template <bool kCompiled>
 struct WsTracer {
   unsigned long long* counters;  // shared memory, or nullptr when tracing is off
-  __device__ __forceinline__ long long start() const { return counters ? clock64() : 0; }
+  __device__ __forceinline__ long long start() const {
+    if constexpr (kCompiled) return counters ? clock64() : 0;
+    return 0;
+  }
   __device__ __forceinline__ void stop(int slot, long long t0) const {
-    if (counters) atomicAdd(&counters[slot], static_cast<unsigned long long>(clock64() - t0));
+    if constexpr (kCompiled) {
+      if (counters) atomicAdd(&counters[slot], static_cast<unsigned long long>(clock64() - t0));
+    }
   }
   __device__ __forceinline__ void add(int slot, unsigned long long v) const {
-    if (counters) atomicAdd(&counters[slot], v);
+    if constexpr (kCompiled) {
+      if (counters) atomicAdd(&counters[slot], v);
+    }
   }
 };
 

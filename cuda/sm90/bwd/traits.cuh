@@ -91,9 +91,20 @@ struct BwdTileTraits {
 // without them (kAllMasks false: windows and lengths only) run the calls that use neither: with
 // their code paths in the step loop, ptxas spilled the window path's registers at head_dim 64
 // (276 local loads and stores between the step loop's wgmmas; 47 without them).
+//
+// kTraced: the per-role trace (trace.cuh) compiled in, run when a call passes a trace buffer
+// (tests/sm90_check.cu bench). With kUntracedTwin (head_dim 128, unmasked, no dropout) a call
+// without a trace runs the same kernel compiled without it (Untraced): its step loop loses ~36 of
+// 1049 instructions (the predicated clock reads and counter adds) and one of two spills, and
+// it was 1.6-1.7% faster at hd128 causal 2k and 16k on an H100 (maintainers/perf-notes.md,
+// thirty-first session). Not at head_dim 64: there ptxas then serialized the step's wgmmas for
+// want of registers (8-12% slower).
 template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false,
-          bool kAllMasks_ = true>
+          bool kAllMasks_ = true, bool kTraced_ = true>
 struct WsTraits {
+  static constexpr bool kTraced = kTraced_;
+  static constexpr bool kUntracedTwin = kTraced_ && kHeadDim_ == 128 && !kMask_ && !kDropout_;
+  using Untraced = WsTraits<Element_, kHeadDim_, kMask_, kDropout_, kAllMasks_, false>;
   using Base = BwdTileTraits<Element_, kHeadDim_>;
   // kSplitD (head_dim 256, 64 KV rows a tile): K, V, dK and dV of 256 columns do not fit two
   // warpgroups owning 64 KV rows each, so both math warpgroups take all 64 KV rows, each owns half

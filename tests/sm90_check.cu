@@ -891,7 +891,9 @@ int variants(const Case* cases, size_t n) {
 }
 
 // One more backward with the per-role wait trace on: where each role of the warp-specialized kernel
-// waits, as a share of the math warpgroups' cycles, summed over CTAs (slots: WsTraceSlot).
+// waits, as a share of the math warpgroups' cycles, summed over CTAs (slots: WsTraceSlot). At
+// head_dim 128 without a mask this runs the traced twin of the timed kernel (bwd/traits.cuh
+// kTraced): the same schedule and waits, ~36 more instructions a step.
 // The trace of one backward, each slot summed over the CTAs.
 std::vector<double> trace_sums(const AttentionParams& p) {
   const int slots = jax_dash::sm90::bwd_trace_slots();

@@ -69,7 +69,8 @@
 //   epilogue.cuh       the dK/dV epilogue policies (EpilogueTma, EpilogueStagedF32,
 //                      EpilogueDirect) and the choice among them (DkDvEpilogue)
 //   gemm.cuh           the wgmma chains (operands from shared memory or A from registers)
-//   trace.cuh          the opt-in per-role wait trace
+//   trace.cuh          the opt-in per-role wait trace (compiled out of head_dim 128's unmasked
+//                      kernel of the calls without one: traits.cuh kTraced)
 // (the named-barrier ids of both directions are in cuda/sm90/named_barrier.cuh)
 // and, beside them, preprocess.cuh,
 // postprocess.cuh and launch.cu (the host side: workspace, launches, kernel choice).

@@ -94,11 +94,11 @@ struct BwdTileTraits {
 //
 // kTraced: the per-role trace (trace.cuh) compiled in, run when a call passes a trace buffer
 // (tests/sm90_check.cu bench). With kUntracedTwin (head_dim 128, unmasked, no dropout) a call
-// without a trace runs the same kernel compiled without it (Untraced): its step loop loses ~36 of
-// 1049 instructions (the predicated clock reads and counter adds) and one of two spills, and
-// it was 1.6-1.7% faster at hd128 causal 2k and 16k on an H100 (maintainers/perf-notes.md,
-// thirty-first session). Not at head_dim 64: there ptxas then serialized the step's wgmmas for
-// want of registers (8-12% slower).
+// without a trace runs the same kernel compiled without it (Untraced): its step loop loses 36 of
+// 1049 instructions (the predicated clock reads and counter adds) and one of two spills; on an
+// H100 its backward took 0.980-0.987x the traced kernel's at causal 2k-16k (same bits;
+// maintainers/perf-notes.md, thirty-first session). Not at head_dim 64: there ptxas then
+// serialized the step's wgmmas for want of registers (8-12% slower).
 template <class Element_, int kHeadDim_, bool kMask_, bool kDropout_ = false,
           bool kAllMasks_ = true, bool kTraced_ = true>
 struct WsTraits {

@@ -24,9 +24,10 @@ enum WsTraceSlot : int {
   kTraceWriterComplete = 10,   // writer: the reduction complete in global memory
   kTraceWriterRelease = 11,    // writer: proxy fence and ticket release (deterministic only)
   // The parts of kTraceMathUnitStart (with kTraceMathWaitKV, the rest of it):
-  kTraceMathFetch = 12,      // math: the fetch (an atomicAdd for a new item) and its barrier
+  kTraceMathFetch = 12,      // math: the fetch (an atomicAdd for a new item), its barrier and
+                             // the first thread's wait for the dK/dV stores' read
   kTraceMathTables = 13,     // math: the unit's visit order and tickets into shared memory
-  kTraceMathPublish = 14,    // math: the stores' read-wait and the publication barrier
+  kTraceMathPublish = 14,    // math: the publication barrier
   kTraceMathUnits = 15,      // math: units done
   kTraceMathSteps = 16,      // math: steps done
   kTraceMathCycles = 17,     // math: cycles from the first fetch to the end

@@ -4,8 +4,8 @@
     python maintainers/scripts/sass_compare.py OLD NEW [--filter bwd_main]
 
 OLD and NEW are binaries with the kernels (the driver `jax_dash_sm90_check` that
-`maintainers/scripts/build_here.sh` leaves, or the extension's .so); `cuobjdump` comes from
-$CUOBJDUMP or PATH. Per kernel with wgmmas: the step loop (first to last HGMMA) in instructions, its
+`maintainers/scripts/build_here.sh` leaves, or the extension's .so); their SASS comes from
+sass_identity.py's `normalized_sass` (cuobjdump: $CUOBJDUMP, PATH or the CUDA toolkit's). Per kernel with wgmmas: the step loop (first to last HGMMA) in instructions, its
 LDL/STL (spills), and the wgmmas waited for at once ("serialized": an HGMMA followed directly
 by a WARPGROUP.DEPBAR; a count to compare between builds: a chain's last wait may be one, while
 ptxas's serialization, its C7512-C7520 messages, makes it nearly every wgmma). A kernel change
@@ -18,25 +18,22 @@ Exit status 1 if any matched kernel has more spills or more serialized wgmmas in
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
+from pathlib import Path
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sass_identity import normalized_sass  # noqa: E402  (cuobjdump's per-kernel text)
+
+_OPCODE = re.compile(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
 def kernels(binary: str, name_filter: str) -> dict[str, dict[str, int]]:
-    tool = os.environ.get("CUOBJDUMP", "cuobjdump")
-    sass = subprocess.run([tool, "-sass", binary], capture_output=True, text=True,
-                          check=True).stdout
     out = {}
-    for chunk in re.split(r"\n\s+Function : ", sass)[1:]:
-        name, _, body = chunk.partition("\n")
-        name = name.strip()
+    for name, lines in normalized_sass(Path(binary)).items():
         if name_filter not in name:
             continue
-        ops = [m.group(1) for m in _INSTR.finditer(body)]
+        ops = [m.group(1) for m in map(_OPCODE.match, lines) if m]
         wgmma = [i for i, op in enumerate(ops) if op.startswith("HGMMA")]
         if not wgmma:
             continue

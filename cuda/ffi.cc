@@ -130,7 +130,8 @@ static ffi::Error FwdCpuImpl(ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer 
                              bool is_causal, int64_t window_left, int64_t window_right,
                              float logits_soft_cap, bool has_seq_lengths, bool has_segment_ids,
                              ffi::Result<ffi::AnyBuffer> out,
-                             ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+                             ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                             ffi::Result<ffi::Buffer<ffi::S32>> /*workspace*/) {
   return FwdCpu(q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
                 is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
                 has_segment_ids, nullptr, out, lse);
@@ -262,6 +263,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCpu, jax_dash::FwdCpuImpl,
                                   .Attr<bool>("has_segment_ids")  // segment operands used
                                   .Ret<ffi::AnyBuffer>()          // out
                                   .Ret<ffi::Buffer<ffi::F32>>()   // lse
+                                  .Ret<ffi::Buffer<ffi::S32>>()   // workspace [1]: the GPU's
 );
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashBwdCpu, jax_dash::BwdCpuImpl,

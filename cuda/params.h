@@ -59,13 +59,15 @@ struct AttentionParams {
   void* out;
   float* lse;
 
-  // Backward only.
+  // Backward only (but workspace_i32, below).
   const void* dout;
   void* dq;
   void* dk;
   void* dv;
   float* workspace_f32;    // laid out by bwd_workspace_layout()
-  int32_t* workspace_i32;  // laid out by bwd_workspace_layout()
+  // The backward's, laid out by bwd_workspace_layout(); the Hopper forward's: one int32, the
+  // persistent kernel's tile counter (zeroed by its launch; fwd/scheduler.cuh).
+  int32_t* workspace_i32;
 
   // Attention dropout (cuda/dropout.h; the CPU kernels and the Hopper forward): with has_dropout the
   // probability of the call's element (b, h, i, j) is kept iff dropout_keep(dropout_key0,

@@ -223,10 +223,13 @@ def _fwd_call(q, k, v, scale, is_causal, mask, mask_arrays, dropout=None):
         _result_type(q.shape, q.dtype, q),
         _result_type((batch, num_heads, seq_q), jnp.float32, q),
     )
+    if dropout is None:  # one int32 of workspace: the Hopper persistent kernel's tile counter
+        result_types += (_result_type((1,), jnp.int32, q),)
     target = "jax_dash_fwd" if dropout is None else "jax_dash_fwd_dropout"
-    return jax.ffi.ffi_call(target, result_types, vmap_method="sequential")(
+    results = jax.ffi.ffi_call(target, result_types, vmap_method="sequential")(
         q, k, v, *mask_arrays, scale, *extra, is_causal=bool(is_causal), **mask.attributes(),
         **_dropout_attributes(dropout))
+    return tuple(results[:2])
 
 
 def bwd_call(q, k, v, out, lse, dout, scale, is_causal: bool, schedule: str,

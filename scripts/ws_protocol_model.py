@@ -272,6 +272,15 @@ class ForwardCTA(CTA):
         super().__init__({TURN[w]: 2 for w in range(warpgroups)})
         self.in_flight = []
         self.mbar = {"bar_q": [1, 0, 0], "q_empty": [warpgroups, 0, 0]}
+        # The persistent scheduler's hand-over ring (fwd/scheduler.cuh): entry e holds hand-over
+        # slots[e] (the CTA's tile index, or len(tiles) for the end), read so far by the math
+        # warpgroups in readers[e]
+        self.warpgroups = warpgroups
+        self.slots = [None, None]
+        self.readers = [set(), set()]
+        for e in range(2):
+            self.mbar[f"slot_full{e}"] = [1, 0, 0]
+            self.mbar[f"slot_empty{e}"] = [warpgroups, 0, 0]
         for s in range(STAGES):
             for name, count in (("bar_k", 1), ("bar_v", 1), ("k_empty", warpgroups),
                                 ("v_empty", warpgroups)):
@@ -283,9 +292,32 @@ def _stage(name, it):
     return f"{name}{it % STAGES}", it // STAGES
 
 
+def _publish(i):
+    """The producer's hand-over i (FwdPersistentTileScheduler::publish): wait until the math has
+    read hand-over i - 2 from the entry, write, arrive on the entry's full barrier."""
+    entry = f"{i % 2}"
+    yield ("mb_wait", "slot_empty" + entry, ((i // 2) & 1) ^ 1)
+    yield ("slot_store", i % 2, i)
+    yield ("mb_arrive", "slot_full" + entry, i // 2)
+
+
+def _take(i):
+    """A math warpgroup's read of hand-over i (FwdPersistentTileScheduler::math_tiles)."""
+    entry = f"{i % 2}"
+    yield ("mb_wait", "slot_full" + entry, (i // 2) & 1)
+    yield ("slot_load", i % 2, i)
+    yield ("mb_arrive", "slot_empty" + entry, i // 2)
+
+
 def forward_producer(tiles, persistent=False):
+    """persistent: the scheduler hands each tile (and, after the last, the end) to the math
+    through the two-entry ring, tile i + 1's as tile i's producer work begins."""
     kv_base = q_count = 0
-    for n_end, _ in tiles:
+    if persistent:
+        yield from _publish(0)
+    for i, (n_end, _) in enumerate(tiles):
+        if persistent:
+            yield from _publish(i + 1)
         if n_end == 0:
             continue
         if persistent and q_count > 0:
@@ -315,7 +347,9 @@ def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
         mbar, phase = _stage(name, it)
         return ("mb_wait", mbar, phase & 1)
 
-    for n_end, firsts in tiles:
+    for i, (n_end, firsts) in enumerate(tiles):
+        if persistent:
+            yield from _take(i)
         first = firsts[wg]
 
         def turn_end(turn, n_end=n_end):
@@ -371,6 +405,8 @@ def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
                 yield ("mb_arrive", *_stage("v_empty", kv_base + n_end - 1))
             kv_base += n_end
             q_count += 1
+    if persistent:
+        yield from _take(len(tiles))  # the end
     if chain and wg == 0 and turns_begun:
         yield ("sync", TURN[0])  # the last warpgroup's hand-over after the last tile
 
@@ -457,6 +493,18 @@ def _interleave(cta, actors, rng, what):
                 raise AssertionError(f"{what}: {name} reads dQ buffer half {half} for step "
                                      f"{op[1]} holding {held}")
             held[1] = True
+        elif op[0] == "slot_store":  # the producer writes hand-over op[2] into entry op[1]
+            held = cta.slots[op[1]]
+            if held is not None and len(cta.readers[op[1]]) < cta.warpgroups:
+                raise AssertionError(f"{what}: hand-over {op[2]} written over {held}, read by "
+                                     f"{sorted(cta.readers[op[1]])} only")
+            cta.slots[op[1]] = op[2]
+            cta.readers[op[1]] = set()
+        elif op[0] == "slot_load":  # a math warpgroup reads hand-over op[2] from entry op[1]
+            if cta.slots[op[1]] != op[2]:
+                raise AssertionError(f"{what}: {name} reads hand-over {op[2]} from an entry "
+                                     f"holding {cta.slots[op[1]]}")
+            cta.readers[op[1]].add(name)
         elif op[0] == "kv_load":  # K and V of unit op[1] into their tiles
             if cta.kv_users:
                 raise AssertionError(f"{what}: K/V of unit {op[1]} loaded while "

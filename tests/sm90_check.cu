@@ -372,7 +372,7 @@ struct DeviceProblem {
     p.dk = dk.ptr;
     p.dv = dv.ptr;
     p.workspace_f32 = wf.ptr;
-    p.workspace_i32 = wi.ptr;
+    p.workspace_i32 = wi.ptr;  // also the persistent forward's tile counter (its element 0)
     // The mask beyond causal, as the FFI handler's describe_mask fills it.
     p.has_window = c.window_left >= 0 || c.window_right >= 0;
     p.window_left = c.window_left >= 0 ? c.window_left : jax_dash::kUnboundedBand;

@@ -118,12 +118,12 @@ def test_forward_any_scale(scale, head_dim):
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("seq", [1000, 4096, 4224, 8192, 8320])
 def test_forward_kernels_give_the_same_bits(monkeypatch, seq, head_dim):
-    """The default forward picks ws-persistent or the one-tile ws kernel by length (the cut at 4096
-    keys at head_dim 64, 8192 at 128, cuda/sm90/launch.h), and at head_dim 64 causal up to 1024
-    keys ws-persistent-narrow (128-row tiles): either side of the cuts, the default, ws,
-    ws-persistent and ws-persistent-narrow give the same bits (GQA, causal and full, a partial last
-    tile; at 4224 and 8320 tokens and head_dim 128 an odd number of query tiles, so the persistent
-    kernel's causal pairs leave one slot empty)."""
+    """The default forward picks ws-persistent or the one-tile ws kernel by length (the cut at 8192
+    keys, cuda/sm90/fwd/launch.cu), and at head_dim 64 causal up to 1024 keys ws-persistent-narrow
+    (128-row tiles): either side of the cuts, the default, ws, ws-persistent and
+    ws-persistent-narrow give the same bits (GQA, causal and full, a partial last tile; from 4096
+    tokens on more query tiles than the H100's 132 SMs, so the persistent kernel's CTAs take
+    several tiles each from its tile counter, in an order that changes from run to run)."""
     q, k, v = _inputs(jax.random.key(21), 1, seq, seq, 4, 2, head_dim, jnp.bfloat16)
     scale = 1.0 / math.sqrt(head_dim)
     for is_causal in (False, True):

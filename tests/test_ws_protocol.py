@@ -538,3 +538,59 @@ def test_forward_model_catches_skipping_mistakes(model, monkeypatch, broken):
         with pytest.raises((model.Deadlock, AssertionError)):
             for seed in range(20):
                 model.run_forward_tiles([(6, (4, 0)), (6, (4, 0))], random.Random(seed), 2)
+
+
+# The persistent forward's tile hand-over (fwd/scheduler.cuh): the producer's thread writes each
+# fetched slot into a two-entry ring in shared memory, the math warpgroups read it.
+
+def _producer_without_empty_waits(original, model):
+    def forward_producer(tiles, persistent=False):
+        for op in original(tiles, persistent):
+            if op[0] == "mb_wait" and op[1].startswith("slot_empty"):
+                continue
+            yield op
+    return forward_producer
+
+
+def _math_reading_before_the_full_wait(original, model):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        held = None
+        for op in original(tiles, wg, warpgroups, persistent, chain):
+            if op[0] == "mb_wait" and op[1].startswith("slot_full"):
+                held = op
+                continue
+            yield op
+            if op[0] == "slot_load" and held is not None:
+                yield held
+                held = None
+    return forward_math
+
+
+def _math_without_empty_arrivals(original, model):
+    def forward_math(tiles, wg, warpgroups=2, persistent=False, chain=False):
+        for op in original(tiles, wg, warpgroups, persistent, chain):
+            if op[0] == "mb_arrive" and op[1].startswith("slot_empty"):
+                continue
+            yield op
+    return forward_math
+
+
+@pytest.mark.parametrize("role, broken", [("forward_producer", _producer_without_empty_waits),
+                                          ("forward_math", _math_reading_before_the_full_wait),
+                                          ("forward_math", _math_without_empty_arrivals)])
+@pytest.mark.parametrize("warpgroups", [2, 3])
+def test_persistent_forward_model_catches_hand_over_mistakes(model, monkeypatch, role, broken,
+                                                             warpgroups):
+    """A producer that overwrites a ring entry before every math warpgroup has read it, a math
+    warpgroup that reads an entry before its full barrier, or one that never frees it, is caught
+    on some of a few tile sequences (tiles without steps let the producer run ahead)."""
+    monkeypatch.setattr(model, role, broken(getattr(model, role), model))
+    caught = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        tiles = [(rng.choice((0, 0, 1, 2)), (0,) * warpgroups) for _ in range(rng.randint(3, 6))]
+        try:
+            model.run_forward_tiles(tiles, rng, warpgroups)
+        except (model.Deadlock, AssertionError):
+            caught += 1
+    assert caught > 0

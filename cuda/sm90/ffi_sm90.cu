@@ -132,7 +132,8 @@ ffi::Error Fwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::Any
                ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
                int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
                bool has_segment_ids, const GpuDropoutOperands* dropout,
-               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+               ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::Buffer<ffi::F32>> lse,
+               ffi::Buffer<ffi::S32>* workspace) {
   if (ffi::Error e = check_hopper_device(); e.failure()) return e;
   AttentionParams p;
   if (ffi::Error e = describe_problem(q, k, v, scale, is_causal, &p); e.failure()) return e;
@@ -156,6 +157,15 @@ ffi::Error Fwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::Any
   }
   p.out = out->untyped_data();
   p.lse = lse->typed_data();
+  // The persistent kernel's tile counter (run_fwd zeroes it); the dropout target has none (its
+  // kernels are one tile a CTA).
+  if (workspace != nullptr) {
+    if (workspace->element_count() < 1) {
+      return ffi::Error::InvalidArgument("jax_dash: the forward's workspace must hold one int32, "
+                                         "got " + dims_string(workspace->dimensions()));
+    }
+    p.workspace_i32 = workspace->typed_data();
+  }
   if (cudaError_t err = run_fwd(p, stream); err != cudaSuccess) {
     return cuda_error("forward kernel launch failed", err);
   }
@@ -171,10 +181,11 @@ ffi::Error FwdImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi:
                    ffi::Buffer<ffi::F32> scale, bool is_causal, int64_t window_left,
                    int64_t window_right, float logits_soft_cap, bool has_seq_lengths,
                    bool has_segment_ids, ffi::Result<ffi::AnyBuffer> out,
-                   ffi::Result<ffi::Buffer<ffi::F32>> lse) {
+                   ffi::Result<ffi::Buffer<ffi::F32>> lse,
+                   ffi::Result<ffi::Buffer<ffi::S32>> workspace) {
   return Fwd(stream, q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
              is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
-             has_segment_ids, nullptr, out, lse);
+             has_segment_ids, nullptr, out, lse, &*workspace);
 }
 
 ffi::Error FwdDropoutImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
@@ -191,7 +202,7 @@ ffi::Error FwdDropoutImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer 
   const GpuDropoutOperands dropout{&key, &offsets, dropout_threshold, dropout_scale};
   return Fwd(stream, q, k, v, q_seq_lengths, kv_seq_lengths, q_segment_ids, kv_segment_ids, scale,
              is_causal, window_left, window_right, logits_soft_cap, has_seq_lengths,
-             has_segment_ids, &dropout, out, lse);
+             has_segment_ids, &dropout, out, lse, nullptr);
 }
 
 ffi::Error Bwd(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
@@ -336,6 +347,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxDashFwdCuda, jax_dash::sm90::FwdImpl,
                                   .Attr<bool>("has_segment_ids")             // segments used
                                   .Ret<ffi::AnyBuffer>()                     // out
                                   .Ret<ffi::Buffer<ffi::F32>>()              // lse
+                                  .Ret<ffi::Buffer<ffi::S32>>()              // workspace [1]
 );
 
 // The forward with dropout (issue 33): the dropout key and offsets after the other operands, two

@@ -86,23 +86,20 @@ cudaError_t run_fwd(const AttentionParams& p, cudaStream_t stream) {
 }
 
 // JAX_DASH_SM90_FWD: unset or empty (the default): ws-persistent for keys of at most
-// kPersistentMaxSeqKv tokens at head_dim 64 and kPersistentMaxSeqKv128 at 128 (the kernel's head
-// dim; with 128-row tiles, ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys
-// at 64), ws otherwise;
+// kPersistentMaxSeqKv tokens (the kernel's head dim up to 128; with 128-row tiles,
+// ws-persistent-narrow, for causal calls of at most kNarrowMaxSeqKv keys at 64), ws otherwise;
 // "ws": the one-tile kernel; "ws-persistent": the persistent one at every length (a call with a
 // mask beyond causal runs "ws"'s masked kernel either way); "ws-persistent-narrow": the persistent
 // one with 128-row tiles at head_dim 64 (ws-persistent elsewhere) at every length. All give the
 // same bits, so the choice by length changes no result. The cut (H100, kernel-only): the persistent
 // kernel was 2.1-7.3% faster than ws at 2k-4k tokens (round 8 call 4; it hides each tile's prologue
-// and epilogue under the previous tile) and level at 8k. Causal at head_dim 128 needed heavy/light
-// tile pairs to get there (ninth session call 1: 4k 0.532 -> 0.478 ms, ws 0.485); at 8k it stayed
-// within 1-2% of ws then. With the warp-uniform descriptors (2026-11-27, twenty-fourth session
-// call 9, 3 rounds) at head_dim 128 it is 2.5% / 1.5% / 3.1% faster at 8k (causal, full, causal
-// GQA 16/4), at 16k 1.4% slower causal (0.9% faster full): the cut moves to 8192 there; at head_dim
-// 64 it is 14% slower at 8k causal (0.7% full), so that cut stays at 4096.
+// and epilogue under the previous tile). Since its tiles come from a tile counter (2026-11-28,
+// thirty-second session call 1, 3 rounds) it is 3.6% faster at 8k causal at head_dim 64 (its
+// static order had left it 14% slower), a tie at 16k; at head_dim 128 1.5-3.1% faster at 8k
+// (2026-11-27, twenty-fourth session call 9), 1.0% slower at 16k causal. (Head_dim 64 full at 8k:
+// 0.7% slower with the static order, not timed with the counter.)
 namespace {
-constexpr int64_t kPersistentMaxSeqKv = 4096;
-constexpr int64_t kPersistentMaxSeqKv128 = 8192;
+constexpr int64_t kPersistentMaxSeqKv = 8192;
 constexpr int64_t kPersistentMaxHeadDim = 128;  // head_dim 256: not timed against ws yet
 // The default's 128-row tiles at head_dim 64 (ws-persistent-narrow), causal only. Kernel-only on
 // an H100 against the 192-row ws-persistent (round 13 call E, 3 rounds): causal 512 -4.1%, 1k
@@ -137,7 +134,7 @@ bool fwd_uses_persistent(const AttentionParams& p) {
   const FwdKernel k = requested_fwd_kernel();
   return k == FwdKernel::kWsPersistent || k == FwdKernel::kWsPersistentNarrow ||
          (k == FwdKernel::kAuto &&
-          p.seq_kv <= (p.head_dim > 64 ? kPersistentMaxSeqKv128 : kPersistentMaxSeqKv) &&
+          p.seq_kv <= kPersistentMaxSeqKv &&
           p.head_dim <= kPersistentMaxHeadDim);
 }
 

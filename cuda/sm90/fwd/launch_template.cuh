@@ -53,24 +53,19 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
   // About one wave of tiles per group of heads: taken head-major across all heads (the order
   // before), the CTAs of a wave at 2k tokens each read another head's K and V, and every query
   // tile's read of them came from HBM; grouped, a wave reads ~ceil(SMs / Nq) heads' K and V, each
-  // shared by its query tiles in L2.
-  const int64_t per_wave = ceil_div(int64_t(sms), int64_t(p.num_m_blocks));
-  p.group_heads = static_cast<int32_t>(
-      std::min<int64_t>(int64_t(ap.num_heads) * ap.batch, std::max<int64_t>(1, per_wave)));
-  // Causal tiles paired heavy-with-light where their KV lengths add up to the same total (the
-  // query tile a whole number of KV tiles): a static round robin of equal pairs balances the CTAs,
-  // where the snake order of single tiles left hd128 causal 4k ~18% above the ideal in a model
-  // (scripts/fwd_tile_balance.py).
-  p.pair_causal = kPersistent && ap.is_causal && Traits::kBlockM % Traits::kBlockN == 0;
-  // The tile order's divisors (FwdTileOrder, in 32 bits: the slots must stay below 2^31).
+  // shared by its query tiles in L2. The last kTailGroups groups (the last perhaps partial) form
+  // one block (FwdTileOrder).
   const int64_t heads_total = int64_t(ap.num_heads) * batch;
-  const int64_t per_head = fwd_slots_per_head(p.num_m_blocks, p.pair_causal);
-  if (per_head * heads_total > int64_t(INT32_MAX)) return cudaErrorInvalidConfiguration;
-  p.group_tiles_div = cutlass::FastDivmod(static_cast<int>(per_head * p.group_heads));
+  const int64_t per_wave = ceil_div(int64_t(sms), int64_t(p.num_m_blocks));
+  p.group_heads = static_cast<int32_t>(std::min<int64_t>(heads_total, std::max<int64_t>(1, per_wave)));
+  const int64_t num_groups = ceil_div(heads_total, int64_t(p.group_heads));
+  p.tail_first_head =
+      static_cast<int32_t>(std::max<int64_t>(0, num_groups - kTailGroups) * p.group_heads);
+  // The tile order works in 32 bits (num_tiles < 2^31 above).
+  p.tail_first_slot = static_cast<int32_t>(int64_t(p.tail_first_head) * p.num_m_blocks);
+  p.group_tiles_div = cutlass::FastDivmod(static_cast<int>(int64_t(p.num_m_blocks) * p.group_heads));
   p.group_size_div = cutlass::FastDivmod(p.group_heads);
-  const int64_t last_group = heads_total % p.group_heads;
-  p.last_group_size_div =
-      cutlass::FastDivmod(static_cast<int>(last_group > 0 ? last_group : p.group_heads));
+  p.tail_size_div = cutlass::FastDivmod(static_cast<int>(heads_total - p.tail_first_head));
   p.heads_div = cutlass::FastDivmod(ap.num_heads);
   p.scale = ap.scale_ptr;
   p.is_causal = ap.is_causal;
@@ -100,10 +95,18 @@ cudaError_t launch_fwd(const AttentionParams& ap, cudaStream_t stream) {
                            Traits::kMathRegisters * Traits::kMathThreads) /
                           Traits::kThreads;
   if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  const int64_t num_pairs =
-      ceil_div(int64_t(p.num_m_blocks), int64_t(2)) * ap.num_heads * ap.batch;
-  const int64_t grid =
-      Kernel::Scheduler::grid_size(num_tiles, num_pairs, p.pair_causal, sms);
+  const int64_t grid = Kernel::Scheduler::grid_size(num_tiles, sms);
+  if constexpr (kPersistent) {
+    // A fetched slot is gridDim.x + the counter, in 32 bits.
+    if (num_tiles > int64_t(INT32_MAX) - grid) return cudaErrorInvalidConfiguration;
+    // The persistent scheduler's tile counter (fwd/scheduler.cuh): one int32 of the caller's
+    // (AttentionParams::workspace_i32), zeroed on the stream before the kernel.
+    if (ap.workspace_i32 == nullptr) return cudaErrorInvalidValue;
+    p.tile_counter = ap.workspace_i32;
+    if ((err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int32_t), stream)) != cudaSuccess) {
+      return err;
+    }
+  }
   kernel<<<dim3(static_cast<unsigned>(grid)), dim3(Kernel::kThreads), Kernel::kSmemBytes,
            stream>>>(p);
   return cudaGetLastError();

@@ -146,7 +146,7 @@ struct FwdMainloop {
     QPipelineState q_pipe;
     // kChainTurns: whether this CTA has taken turns yet (they then run on from tile to tile).
     bool turns_begun = false;
-    scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
+    scheduler.math_tiles(smem, [&](const TileCoord& coord) JAX_DASH_INLINE {
       const FwdTile tile = kv_range.tile(coord);
       const int n_hi = tile.n_hi, n_end = tile.n_end;
       const int64_t row_begin = tile.row_begin;

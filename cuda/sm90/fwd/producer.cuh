@@ -74,7 +74,7 @@ struct FwdProducer {
     if (kSegments ? threadIdx.x < 32 : is_leader) {
       KvPipelineState kv_pipe;
       QPipelineState q_pipe;
-      scheduler.for_each_tile([&](const TileCoord& coord) JAX_DASH_INLINE {
+      scheduler.producer_tiles(smem, [&](const TileCoord& coord) JAX_DASH_INLINE {
         const FwdTile t = kv_range.tile(coord);
         if (t.n_end == 0) return;
         if (is_leader) {

@@ -62,7 +62,6 @@ struct FwdKvRange {
                                     t.n_hi);
       }
     }
-    if (c.empty) t.n_hi = t.n_lo;
     t.n_end = max(t.n_hi - t.n_lo, 0);
     return t;
   }

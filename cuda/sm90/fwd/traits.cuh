@@ -103,6 +103,10 @@ struct FwdKernelTraits {
     uint64_t k_empty[kStages];  // every math warp has read the K stage
     uint64_t v_empty[kStages];  // every math warp has read the V stage
     uint64_t q_empty;           // persistent only: every math warp is done with this tile's Q
+    // Persistent only: the scheduler's hand-over of the next tile (fwd/scheduler.cuh).
+    uint64_t slot_full[2];   // the producer wrote tile_slot[i]
+    uint64_t slot_empty[2];  // every math warp has read it
+    int32_t tile_slot[2];
   };
   // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;
@@ -134,22 +138,24 @@ struct FwdKernelParams {
   int32_t num_kv_heads;
   int32_t batch;
   int32_t num_m_blocks;
-  // Tile order: the (batch, head) pairs are taken in groups of group_heads, about one wave of
-  // tiles per group (launch_fwd), so the CTAs that run together share their heads' K and V in L2.
+  // Tile order (fwd/scheduler.cuh, FwdTileOrder): the (batch, head) pairs are taken in groups of
+  // group_heads, about one wave of tiles per group (launch_fwd), so the CTAs that run together
+  // share their heads' K and V in L2; the heads from tail_first_head on (the last kTailGroups
+  // groups, slots from tail_first_slot on) form one last block.
   int32_t group_heads;
-  // kPersistent, causal, fwd_block_m a multiple of fwd_block_n (launch_fwd): each CTA takes query
-  // tiles in pairs, the k-th heaviest and the k-th lightest of a head, whose KV lengths add up to
-  // the same total for every k, and the pairs go round robin (fwd/scheduler.cuh).
-  bool pair_causal;
-  // The tile order's divisors (fwd/scheduler.cuh), as multiply-and-shift pairs made on the host:
-  // the tiles of a group, the heads of a full group and of the last one (it may hold fewer), the
-  // heads of a batch row. The tile order works in 32 bits (the launch refuses a grid of 2^31 slots
-  // or more).
+  int32_t tail_first_head;
+  int32_t tail_first_slot;
+  // The tile order's divisors, as multiply-and-shift pairs made on the host: the tiles of a group,
+  // the heads of a group and of the tail, the heads of a batch row. The tile order works in 32
+  // bits (the launch refuses a grid of 2^31 tiles or more).
   cutlass::FastDivmod group_tiles_div;
   cutlass::FastDivmod group_size_div;
-  cutlass::FastDivmod last_group_size_div;
+  cutlass::FastDivmod tail_size_div;
   cutlass::FastDivmod heads_div;
   const float* scale;  // device pointer to the 0-d float32 softmax scale (AttentionParams)
+  // kPersistent: the tiles handed out after each CTA's first, zeroed by the launch (one int32 of
+  // the caller's; FwdPersistentTileScheduler).
+  int32_t* tile_counter;
   bool is_causal;
   void* out;
   float* lse;

@@ -8,6 +8,7 @@ and is skipped unless a CUDA device of compute capability 9.0 is present.
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +141,33 @@ def test_forward_kernels_give_the_same_bits(monkeypatch, seq, head_dim):
             assert np.array_equal(lse, default[1]), f"lse of {where} differs from the default"
     monkeypatch.delenv("JAX_DASH_SM90_FWD")
     _check_against_reference(q, k, v, scale, True)
+
+
+def test_forward_without_its_workspace_is_a_clear_error():
+    """The forward's third result is one int32 of workspace (the persistent kernel's tile counter,
+    cuda/sm90/fwd/scheduler.cuh; _ffi.fwd_call drops it). A direct FFI call that declares it empty
+    is refused, naming it, before anything runs; a call with it runs normally."""
+    q, k, v = _inputs(jax.random.key(23), 1, 1024, 1024, 2, 2, 128, jnp.bfloat16)
+    b, s = q.shape[:2]
+    operands = (q, k, v, jnp.full((b,), s, jnp.int32), jnp.full((b,), s, jnp.int32),
+                jnp.zeros((b, s), jnp.int32), jnp.zeros((b, s), jnp.int32),
+                jnp.asarray(0.125, jnp.float32))
+    attrs = dict(is_causal=True, window_left=np.int64(-1), window_right=np.int64(-1),
+                 logits_soft_cap=np.float32(0), has_seq_lengths=False, has_segment_ids=False)
+
+    def call(workspace):
+        types = (jax.ShapeDtypeStruct(q.shape, q.dtype),
+                 jax.ShapeDtypeStruct((b, q.shape[2], s), jnp.float32),
+                 jax.ShapeDtypeStruct((workspace,), jnp.int32))
+        return jax.block_until_ready(jax.ffi.ffi_call("jax_dash_fwd", types)(*operands, **attrs))
+
+    with pytest.raises(jax.errors.JaxRuntimeError, match=re.escape(
+            "INVALID_ARGUMENT: jax_dash: the forward's workspace must hold one int32, got (0)")):
+        call(0)
+    out, lse, _ = call(1)
+    ref_out, ref_lse = _fwd(q, k, v, scale=0.125, is_causal=True)
+    assert np.array_equal(np.asarray(out.view(jnp.uint16)), np.asarray(ref_out.view(jnp.uint16)))
+    assert np.array_equal(np.asarray(lse.view(jnp.uint32)), np.asarray(ref_lse.view(jnp.uint32)))
 
 
 def _poisoned_call(q, k, v, is_causal, poison):

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 
-#include <cute/arch/util.hpp>  // cast_smem_ptr_to_uint
+#include <cute/arch/cluster_sm90.hpp>  // elect_one_sync
+#include <cute/arch/util.hpp>          // cast_smem_ptr_to_uint
+#include <cutlass/arch/barrier.h>
 
 // On a kernel's lambdas: inline them, always. A lambda the compiler leaves out of line (it did so
 // for the masked forward's per-tile body, called once but large) takes the kernel's register
@@ -32,6 +34,14 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // form is undefined behaviour there (compute-sanitizer synccheck: "divergent thread(s) in block").
 __device__ __forceinline__ void named_barrier_sync_unaligned(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// One arrival of the calling warp on the mbarrier `bar` (every lane executes it; one elected lane
+// arrives, after the warp's lanes have converged): the consumer release of a warp that is done
+// with a shared-memory buffer, on a barrier that counts warps.
+__device__ __forceinline__ void warp_arrive(uint64_t* bar) {
+  __syncwarp();
+  if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(bar);
 }
 
 // Register reallocation (all four warps of a warpgroup execute the same one). Needs a register cap

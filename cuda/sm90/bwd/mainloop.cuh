@@ -532,10 +532,7 @@ __device__ __forceinline__ void WsMainloop<Traits_>::run(const WsParams<Traits>&
       warpgroup_wait<kNextS ? 1 : 0>();
       warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tdVrdV);
-      __syncwarp();
-      if (cute::elect_one_sync()) {
-        cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[stage]);
-      }
+      warp_arrive(&smem.q_empty[stage]);
       }  // !kdQInStage
     }
 

@@ -90,7 +90,7 @@ struct FwdKernel {
       }
       if constexpr (Mainloop::kPersistent) {
         cutlass::arch::ClusterBarrier::init(&smem.q_empty, Traits::kMathWarps);
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < kTileSlots; ++e) {
           cutlass::arch::ClusterBarrier::init(&smem.slot_full[e], 1);
           cutlass::arch::ClusterBarrier::init(&smem.slot_empty[e], Traits::kMathWarps);
         }

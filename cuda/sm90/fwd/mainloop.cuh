@@ -95,10 +95,7 @@ struct FwdMainloop {
     const int math_wg =
         __shfl_sync(0xffffffffu, static_cast<int>(math_tid / kThreadsPerWarpgroup), 0);
     // This math warp is done reading a K or V stage (one arrive per warp).
-    auto release = [&](uint64_t* empty) JAX_DASH_INLINE {
-      __syncwarp();
-      if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(empty);
-    };
+    auto release = [&](uint64_t* empty) JAX_DASH_INLINE { warp_arrive(empty); };
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(math_tid);

@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <type_traits>
 
 #include "cuda/sm90/async_ops.cuh"
+#include "cuda/sm90/fwd/traits.cuh"  // kTileSlots
 #include "cuda/tiles.h"
 
 namespace jax_dash::sm90::fwd {
@@ -104,13 +104,13 @@ struct FwdPersistentTileScheduler {
 
   __device__ explicit FwdPersistentTileScheduler(const Params& p) : order(p) {}
 
-  // Hand-over i (the CTA's i-th tile, or past the last one): ring entry i % 2, whose full barrier
-  // completes once per use and whose empty barrier every math warp arrives on once it has read the
-  // entry (the first use of an entry passes at once).
+  // Hand-over i (the CTA's i-th tile, or past the last one): ring entry i % kTileSlots, whose
+  // full barrier completes once per use and whose empty barrier every math warp arrives on once it
+  // has read the entry (the first use of an entry passes at once).
   template <class Storage>
   __device__ __forceinline__ static void publish(Storage& smem, int i, int slot) {
-    const int entry = i % 2;
-    cutlass::arch::ClusterBarrier::wait(&smem.slot_empty[entry], ((i / 2) & 1) ^ 1);
+    const int entry = i % kTileSlots;
+    cutlass::arch::ClusterBarrier::wait(&smem.slot_empty[entry], ((i / kTileSlots) & 1) ^ 1);
     smem.tile_slot[entry] = slot;
     cutlass::arch::ClusterBarrier::arrive(&smem.slot_full[entry]);  // release: the slot's store
   }
@@ -123,7 +123,7 @@ struct FwdPersistentTileScheduler {
   __device__ __forceinline__ void producer_tiles(Storage& smem, Body&& body) const {
     publish(smem, 0, int(blockIdx.x));
     for (int i = 0;; ++i) {
-      const int slot = smem.tile_slot[i % 2];  // this thread's own store
+      const int slot = smem.tile_slot[i % kTileSlots];  // this thread's own store
       if (slot >= order.num_slots) break;
       publish(smem, i + 1, int(gridDim.x) + atomicAdd(order.p.tile_counter, 1));
       body(order.at(slot));
@@ -134,11 +134,10 @@ struct FwdPersistentTileScheduler {
   template <class Storage, class Body>
   __device__ __forceinline__ void math_tiles(Storage& smem, Body&& body) const {
     for (int i = 0;; ++i) {
-      const int entry = i % 2;
-      cutlass::arch::ClusterBarrier::wait(&smem.slot_full[entry], (i / 2) & 1);
+      const int entry = i % kTileSlots;
+      cutlass::arch::ClusterBarrier::wait(&smem.slot_full[entry], (i / kTileSlots) & 1);
       const int slot = smem.tile_slot[entry];
-      __syncwarp();
-      if (cute::elect_one_sync()) cutlass::arch::ClusterBarrier::arrive(&smem.slot_empty[entry]);
+      warp_arrive(&smem.slot_empty[entry]);
       if (slot >= order.num_slots) break;
       body(order.at(slot));
     }

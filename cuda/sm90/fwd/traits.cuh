@@ -22,6 +22,7 @@ using namespace cute;
 constexpr int kWarpgroupRows = 64;  // rows of one wgmma accumulator
 constexpr int kThreadsPerWarpgroup = 128;
 constexpr int kStages = 2;          // K/V shared-memory ring depth
+constexpr int kTileSlots = 2;       // the persistent scheduler's hand-over ring (scheduler.cuh)
 
 // kNarrowRows: at most 128 query rows (two math warpgroups) whatever the tile table says; the
 // masked kernels take it. At head_dim 64 with three warpgroups' 160 registers the segment-id
@@ -104,9 +105,9 @@ struct FwdKernelTraits {
     uint64_t v_empty[kStages];  // every math warp has read the V stage
     uint64_t q_empty;           // persistent only: every math warp is done with this tile's Q
     // Persistent only: the scheduler's hand-over of the next tile (fwd/scheduler.cuh).
-    uint64_t slot_full[2];   // the producer wrote tile_slot[i]
-    uint64_t slot_empty[2];  // every math warp has read it
-    int32_t tile_slot[2];
+    uint64_t slot_full[kTileSlots];   // the producer wrote tile_slot[i]
+    uint64_t slot_empty[kTileSlots];  // every math warp has read it
+    int32_t tile_slot[kTileSlots];
   };
   // +1024: the dynamic shared-memory base is aligned by hand to the swizzle period.
   static constexpr int kSmemBytes = int(sizeof(SharedStorage)) + 1024;

@@ -26,17 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _peers  # noqa: E402
+import _timing  # noqa: E402
 
 IMPLS = ("jax_dash", "cudnn", "cudnn_det", "fa3", "fa3_det", "tokamax")
 
@@ -103,14 +102,9 @@ def mask_points(seq: int, window: int, doc_mean: int, tokens: int, hidden: int, 
 
 
 def _median_seconds(fn, args, iters: int) -> float:
-    import jax
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    samples = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    """Median seconds per call, timed as the main grid is (_timing.time_function: calls back to
+    back, each sample >= 20 ms, so the host's dispatch latency is not counted in every call)."""
+    return _timing.time_function(fn, [args], iters=iters)["median_s"]
 
 
 def _attention_fn(point: dict, impl: str):

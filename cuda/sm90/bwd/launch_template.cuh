@@ -18,6 +18,18 @@
 
 namespace jax_dash::sm90::bwd {
 
+// Calls f(kernel) for each main kernel a call of Traits may launch, stopping at the first error:
+// Traits's own and, with kUntracedTwin, the one compiled without the trace that launch_main runs
+// when a call passes no trace buffer (the same shared memory, threads and launch bounds).
+template <class Traits, class F>
+cudaError_t for_each_main_kernel(F&& f) {
+  cudaError_t err = f(bwd_main_ws_kernel<BwdWsKernelFor<Traits>>);
+  if constexpr (Traits::kUntracedTwin) {
+    if (err == cudaSuccess) err = f(bwd_main_ws_kernel<BwdWsKernelFor<typename Traits::Untraced>>);
+  }
+  return err;
+}
+
 template <class Traits>
 cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q) {
   *out = 0;
@@ -30,16 +42,13 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   constexpr int kNeeded =
       (Traits::kServiceRegisters * 128 + Traits::kMathRegisters * Traits::kMathThreads) /
       Traits::kThreads;
-  cudaFuncAttributes attr{};
-  if ((err = cudaFuncGetAttributes(&attr, kernel)) != cudaSuccess) return err;
-  if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  if constexpr (Traits::kUntracedTwin) {  // the kernel of the calls without a trace (launch_main)
-    if ((err = cudaFuncGetAttributes(
-             &attr, bwd_main_ws_kernel<BwdWsKernelFor<typename Traits::Untraced>>)) !=
-        cudaSuccess)
-      return err;
-    if (attr.numRegs < kNeeded) return cudaErrorInvalidConfiguration;
-  }
+  err = for_each_main_kernel<Traits>([](auto main_kernel) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, main_kernel);
+    if (e != cudaSuccess) return e;
+    return attr.numRegs < kNeeded ? cudaErrorInvalidConfiguration : cudaSuccess;
+  });
+  if (err != cudaSuccess) return err;
   int max_smem = 0;
   if ((err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess)
@@ -52,15 +61,11 @@ cudaError_t resident_ctas(const AttentionParams& p, int* out, int64_t* max_seq_q
   }
   const int64_t smem = Traits::smem_bytes(ceil_div(p.seq_q, Traits::kBlockM));
   if (smem > max_smem) return cudaSuccess;
-  if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem))) != cudaSuccess)
-    return err;
-  if constexpr (Traits::kUntracedTwin) {  // same shared memory, threads and launch bounds
-    if ((err = cudaFuncSetAttribute(bwd_main_ws_kernel<BwdWsKernelFor<typename Traits::Untraced>>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem))) != cudaSuccess)
-      return err;
-  }
+  err = for_each_main_kernel<Traits>([smem](auto main_kernel) {
+    return cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
+  });
+  if (err != cudaSuccess) return err;
   int sms = 0;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;

@@ -94,8 +94,6 @@ struct FwdMainloop {
     // convergence check.
     const int math_wg =
         __shfl_sync(0xffffffffu, static_cast<int>(math_tid / kThreadsPerWarpgroup), 0);
-    // This math warp is done reading a K or V stage (one arrive per warp).
-    auto release = [&](uint64_t* empty) JAX_DASH_INLINE { warp_arrive(empty); };
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(math_tid);
@@ -176,7 +174,7 @@ struct FwdMainloop {
       // complete.
       auto release_q_after = [&](int j) JAX_DASH_INLINE {
         if constexpr (kPersistent) {
-          if (j == n_end - 1) release(&smem.q_empty);
+          if (j == n_end - 1) warp_arrive(&smem.q_empty);
         }
       };
 
@@ -293,8 +291,8 @@ struct FwdMainloop {
           if (t > 0) {
             Barrier::wait(&smem.bar_v[slot.previous().stage()], slot.previous().full_phase());
           }
-          release(&smem.k_empty[slot.stage()]);
-          if (t > 0) release(&smem.v_empty[slot.previous().stage()]);
+          warp_arrive(&smem.k_empty[slot.stage()]);
+          if (t > 0) warp_arrive(&smem.v_empty[slot.previous().stage()]);
           release_q_after(t);
           turn_end(t);
         }
@@ -304,12 +302,12 @@ struct FwdMainloop {
           turn_end(first);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
-          release(&smem.k_empty[kv_pipe.kv(first).stage()]);
+          warp_arrive(&smem.k_empty[kv_pipe.kv(first).stage()]);
           // V_{first-1} landed (its phase is this wait's: this warpgroup holds it).
           if (first > 0) {
             const KvSlot v_slot = kv_pipe.kv(first).previous();
             Barrier::wait(&smem.bar_v[v_slot.stage()], v_slot.full_phase());
-            release(&smem.v_empty[v_slot.stage()]);
+            warp_arrive(&smem.v_empty[v_slot.stage()]);
           }
           release_q_after(first);
           softmax_scores(first);
@@ -332,7 +330,7 @@ struct FwdMainloop {
         turn_end(iter);
         warpgroup_wait<1>();  // S_iter is complete; P_{iter-1} V_{iter-1} may still run
         warpgroup_fence_operand(tSrS);
-        release(&smem.k_empty[kv_pipe.kv(iter).stage()]);
+        warp_arrive(&smem.k_empty[kv_pipe.kv(iter).stage()]);
         release_q_after(iter);
         softmax_scores(iter);  // overwrites correction[], consumed by the rescale above
         warpgroup_fence_operand(tSrS);
@@ -354,7 +352,7 @@ struct FwdMainloop {
         warpgroup_wait<0>();   // the P V wgmma is done with O and with the P registers
         warpgroup_fence_operand(tOrO);
         warpgroup_fence_operand(tOrP_storage);
-        release(&smem.v_empty[kv_pipe.kv(iter).previous().stage()]);
+        warp_arrive(&smem.v_empty[kv_pipe.kv(iter).previous().stage()]);
         scores_to_p();
       }
       if (n_end > 0) {
@@ -375,7 +373,7 @@ struct FwdMainloop {
         }
         // The last V stage of the tile: the one-tile kernel ends here, the persistent one reuses
         // it.
-        if constexpr (kPersistent) release(&smem.v_empty[kv_pipe.kv(n_end).previous().stage()]);
+        if constexpr (kPersistent) warp_arrive(&smem.v_empty[kv_pipe.kv(n_end).previous().stage()]);
       }
 
       float lse[kRows];

@@ -22,6 +22,9 @@ struct FwdProducer {
   using BlockN = typename Traits::BlockN;
   using HeadDim = typename Traits::HeadDim;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  // The persistent scheduler's producer_tiles runs on one thread (it fetches and publishes each
+  // slot once); kSegments walks the tiles with a whole warp, so only the one-tile kernel has it.
+  static_assert(!(kPersistent && kSegments), "segment ids run the one-tile kernel only");
 
   // Q once per tile, then K_j and V_j into their stage as soon as every math warp has released the
   // stage's previous tile (the first use of a stage passes at once); with kPersistent the next
